@@ -1,0 +1,55 @@
+"""The exception tree of langgraph-durable.
+
+Every error a saver raises on purpose is a :class:`DurableError`. Errors that
+come from a database driver are translated into one of these types at the
+boundary (``raise StorageError(...) from exc``) so callers can handle them
+without importing psycopg, redis or botocore.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DurableError",
+    "ConfigurationError",
+    "InvalidInputError",
+    "StorageError",
+    "StorageUnavailableError",
+    "SchemaError",
+    "CorruptRecordError",
+    "UnsupportedOperationError",
+]
+
+
+class DurableError(Exception):
+    """Base class of every error raised by langgraph-durable."""
+
+
+class ConfigurationError(DurableError, ValueError):
+    """A saver or tool was configured with a value it cannot use.
+
+    The message names the bad value and how to fix it.
+    """
+
+
+class InvalidInputError(DurableError, ValueError):
+    """A call received input it cannot store or look up (e.g. no ``thread_id``)."""
+
+
+class StorageError(DurableError):
+    """The storage backend refused or failed an operation."""
+
+
+class StorageUnavailableError(StorageError, ConnectionError):
+    """The storage backend could not be reached (connection refused, timed out, closed)."""
+
+
+class SchemaError(StorageError):
+    """The database schema is missing, too old, or newer than this package."""
+
+
+class CorruptRecordError(StorageError):
+    """A stored record could not be decoded or failed verification."""
+
+
+class UnsupportedOperationError(DurableError, NotImplementedError):
+    """The operation is not supported for this data (e.g. pruning a DeltaChannel thread)."""
