@@ -15,6 +15,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "SchemaError",
+    "MissingPartitionError",
     "CorruptRecordError",
     "UnsupportedOperationError",
 ]
@@ -45,6 +46,10 @@ class StorageUnavailableError(StorageError, ConnectionError):
 
 class SchemaError(StorageError):
     """The database schema is missing, too old, or newer than this package."""
+
+
+class MissingPartitionError(SchemaError):
+    """A row was written for a time bucket whose partition does not exist yet."""
 
 
 class CorruptRecordError(StorageError):

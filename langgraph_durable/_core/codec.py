@@ -1,0 +1,401 @@
+"""CheckpointTuple <-> storage records, independent of any backend.
+
+Every decision about what a checkpoint turns into when stored (which channel
+values stay inline, which become blobs, which metadata stays clear for
+filtering, how special writes are indexed) and how it comes back lives here,
+so every backend stores and reads the same shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+
+from ..errors import CorruptRecordError, InvalidInputError
+from .records import (
+    BlobRecord,
+    CheckpointRecord,
+    RecordIdentity,
+    RecordKind,
+    Sealed,
+    WriteRecord,
+)
+
+__all__ = ["RecordPipeline", "CheckpointCodec", "StoredCheckpoint", "ThreadKey"]
+
+_INLINE_TYPES = (str, int, float, bool)
+# Checkpoint format versions before 4 kept pending sends as writes of the parent.
+_SENDS_IN_CHANNELS_SINCE = 4
+
+
+class RecordPipeline(Protocol):
+    """What the codec needs from the record pipeline (see ``langgraph_durable.protect``)."""
+
+    def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
+        """Turn a value into stored bytes bound to ``identity``."""
+        ...
+
+    def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
+        """Verify and turn stored bytes back into a value."""
+        ...
+
+    def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """The part of the metadata that is stored in clear for filtering."""
+        ...
+
+
+class ThreadKey(tuple):  # noqa: SLOT001 - tiny value type
+    """(tenant, thread_id, checkpoint_ns, echo_tenant) for one call."""
+
+    __slots__ = ()
+
+    def __new__(cls, tenant: str, thread: str, ns: str, echo_tenant: bool) -> ThreadKey:
+        return tuple.__new__(cls, (tenant, thread, ns, echo_tenant))
+
+    @property
+    def tenant(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def thread(self) -> str:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def ns(self) -> str:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def echo_tenant(self) -> bool:
+        return self[3]  # type: ignore[no-any-return]
+
+
+class StoredCheckpoint:
+    """The parts of one stored checkpoint as a backend reads them back."""
+
+    __slots__ = (
+        "thread",
+        "ns",
+        "checkpoint_id",
+        "parent_checkpoint_id",
+        "body",
+        "metadata",
+        "blobs",
+        "writes",
+        "parent_sends",
+    )
+
+    def __init__(
+        self,
+        *,
+        thread: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_checkpoint_id: str | None,
+        body: Sealed,
+        metadata: Sealed,
+        blobs: Iterable[tuple[str, str, Sealed | None]] = (),
+        writes: Iterable[tuple[str, str, int, str, Sealed]] = (),
+        parent_sends: Iterable[tuple[str, str, int, Sealed]] = (),
+    ) -> None:
+        self.thread = thread
+        self.ns = ns
+        self.checkpoint_id = checkpoint_id
+        self.parent_checkpoint_id = parent_checkpoint_id
+        self.body = body
+        self.metadata = metadata
+        # (channel, version, sealed or None when empty)
+        self.blobs = blobs
+        # (task_id, task_path, idx, channel, sealed)
+        self.writes = writes
+        # pending sends of the parent, for checkpoints older than format 4:
+        # (task_id, task_path, idx, sealed)
+        self.parent_sends = parent_sends
+
+
+def _json_safe(value: Any) -> Any:
+    """Project a metadata value onto what JSON (and Postgres jsonb) can hold."""
+    if value is None or isinstance(value, (bool, int, float)):
+        if isinstance(value, float) and value != value:  # NaN has no JSON form
+            return None
+        return value
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, str):
+                out[k.replace("\x00", "")] = _json_safe(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return None
+
+
+def json_safe_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-safe copy of ``metadata`` (non-JSON values become null)."""
+    return _json_safe(metadata)  # type: ignore[no-any-return]
+
+
+def encode_filter(filter: dict[str, Any] | None) -> str | None:
+    """The JSON text of a metadata filter, or None when there is no filter."""
+    if not filter:
+        return None
+    if not isinstance(filter, dict):
+        raise InvalidInputError(f"filter must be a dict of metadata keys to values, got {filter!r}")
+    return json.dumps(_json_safe(filter), separators=(",", ":"))
+
+
+class CheckpointCodec:
+    """Turns LangGraph's checkpoint objects into records and back.
+
+    Args:
+        pipeline: The record pipeline every payload passes through.
+    """
+
+    def __init__(self, pipeline: RecordPipeline) -> None:
+        self.pipeline = pipeline
+
+    # ---- writing -------------------------------------------------------------
+
+    def encode_checkpoint(
+        self,
+        key: ThreadKey,
+        config: dict[str, Any],
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> CheckpointRecord:
+        """The record one ``put`` stores.
+
+        Primitive channel values (None, str, int, float, bool) stay inline in the
+        checkpoint body; every other value becomes a blob keyed by its channel
+        version, written only when its channel is in ``new_versions`` (older
+        versions were written by an earlier put of the same thread).
+        """
+        checkpoint_id = checkpoint.get("id")
+        if not checkpoint_id or not isinstance(checkpoint_id, str):
+            raise InvalidInputError(f"checkpoint has no string 'id': {checkpoint_id!r}")
+        parent_id = config["configurable"].get("checkpoint_id")
+        body = dict(checkpoint)
+        inline: dict[str, Any] = {}
+        blob_values: dict[str, Any] = {}
+        for channel, value in checkpoint["channel_values"].items():
+            if isinstance(value, _DeltaSnapshot):
+                blob_values[channel] = value
+                inline[channel] = True  # marker: the blob holds the snapshot
+            elif value is None or isinstance(value, _INLINE_TYPES):
+                inline[channel] = value
+            else:
+                blob_values[channel] = value
+        body["channel_values"] = inline
+        versions = checkpoint.get("channel_versions") or {}
+        blob_refs = [(ch, str(versions[ch])) for ch in blob_values if ch in versions]
+        blobs = [
+            BlobRecord(
+                channel=ch,
+                version=str(ver),
+                sealed=self.pipeline.seal(
+                    RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)),
+                    blob_values[ch],
+                ),
+            )
+            for ch, ver in new_versions.items()
+            if ch in blob_values
+        ]
+        full_metadata = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
+        run_id = full_metadata.get("run_id")
+        return CheckpointRecord(
+            tenant=key.tenant,
+            thread=key.thread,
+            ns=key.ns,
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=parent_id,
+            v=int(checkpoint.get("v", 1)),
+            run_id=run_id if isinstance(run_id, str) else None,
+            blob_refs=blob_refs,
+            metadata_index=self.pipeline.metadata_index(dict(full_metadata)),
+            body=self.pipeline.seal(self._body_identity(key, checkpoint_id), body),
+            metadata=self.pipeline.seal(self._metadata_identity(key, checkpoint_id), full_metadata),
+            blobs=blobs,
+        )
+
+    def encode_writes(
+        self,
+        key: ThreadKey,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[list[WriteRecord], bool]:
+        """The write records of one ``put_writes`` and whether they replace stored ones.
+
+        Special writes (errors, interrupts, resumes, scheduled) use the fixed
+        negative indexes of ``WRITES_IDX_MAP`` and replace an earlier write of the
+        same task; regular writes are kept as first stored (a retried task must
+        not change what was already recorded).
+        """
+        records = []
+        for idx, (channel, value) in enumerate(writes):
+            index = WRITES_IDX_MAP.get(channel, idx)
+            records.append(
+                WriteRecord(
+                    task_id=task_id,
+                    task_path=task_path,
+                    idx=index,
+                    channel=channel,
+                    sealed=self.pipeline.seal(
+                        RecordIdentity(
+                            key.tenant, key.thread, key.ns, RecordKind.WRITE,
+                            checkpoint_id, task_id, str(index),
+                        ),
+                        value,
+                    ),
+                )
+            )
+        replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        return records, replace
+
+    # ---- reading -------------------------------------------------------------
+
+    def decode(self, key: ThreadKey, stored: StoredCheckpoint) -> CheckpointTuple:
+        """Rebuild the CheckpointTuple of one stored checkpoint."""
+        tenant, ns, thread = key.tenant, stored.ns, stored.thread
+        pkey = ThreadKey(tenant, thread, ns, key.echo_tenant)
+        body = self.pipeline.open(self._body_identity(pkey, stored.checkpoint_id), stored.body)
+        if not isinstance(body, dict) or "channel_values" not in body:
+            raise CorruptRecordError(
+                f"checkpoint {stored.checkpoint_id} of thread {thread!r} has no channel values"
+            )
+        values = dict(body["channel_values"])
+        for channel, version, sealed in stored.blobs:
+            if sealed is None or sealed.type == "empty":
+                values.pop(channel, None)
+                continue
+            values[channel] = self.pipeline.open(
+                RecordIdentity(tenant, thread, ns, RecordKind.BLOB, "", channel, version), sealed
+            )
+        body["channel_values"] = values
+        if int(body.get("v", 1)) < _SENDS_IN_CHANNELS_SINCE and stored.parent_checkpoint_id:
+            self._migrate_pending_sends(pkey, stored, body)
+        metadata = self.pipeline.open(
+            self._metadata_identity(pkey, stored.checkpoint_id), stored.metadata
+        )
+        writes = sorted(stored.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2]))
+        pending = [
+            (
+                task_id,
+                channel,
+                self.pipeline.open(
+                    RecordIdentity(
+                        tenant, thread, ns, RecordKind.WRITE,
+                        stored.checkpoint_id, task_id, str(idx),
+                    ),
+                    sealed,
+                ),
+            )
+            for task_id, _path, idx, channel, sealed in writes
+        ]
+        return CheckpointTuple(
+            config=self.config(pkey, stored.checkpoint_id),
+            checkpoint=body,  # type: ignore[arg-type]
+            metadata=metadata,
+            parent_config=(
+                self.config(pkey, stored.parent_checkpoint_id)
+                if stored.parent_checkpoint_id
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    def _migrate_pending_sends(
+        self, key: ThreadKey, stored: StoredCheckpoint, body: dict[str, Any]
+    ) -> None:
+        """Checkpoints before format 4 find their pending sends in the parent's writes."""
+        sends = sorted(stored.parent_sends, key=lambda w: writes_sort_key(w[1], w[0], w[2]))
+        if not sends:
+            return
+        parent = stored.parent_checkpoint_id or ""
+        body["channel_values"][TASKS] = [
+            self.pipeline.open(
+                RecordIdentity(
+                    key.tenant, key.thread, key.ns, RecordKind.WRITE, parent, task_id, str(idx)
+                ),
+                sealed,
+            )
+            for task_id, _path, idx, sealed in sends
+        ]
+        versions = body.setdefault("channel_versions", {})
+        versions[TASKS] = max(versions.values()) if versions else "1"
+
+    @staticmethod
+    def config(key: ThreadKey, checkpoint_id: str) -> dict[str, Any]:
+        """The config that addresses one checkpoint."""
+        configurable: dict[str, Any] = {
+            "thread_id": key.thread,
+            "checkpoint_ns": key.ns,
+            "checkpoint_id": checkpoint_id,
+        }
+        if key.echo_tenant:
+            configurable["tenant_id"] = key.tenant
+        return {"configurable": configurable}
+
+    @staticmethod
+    def _body_identity(key: ThreadKey, checkpoint_id: str) -> RecordIdentity:
+        return RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.CHECKPOINT, checkpoint_id)
+
+    @staticmethod
+    def _metadata_identity(key: ThreadKey, checkpoint_id: str) -> RecordIdentity:
+        return RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.METADATA, checkpoint_id)
+
+
+def tenant_from_config(config: dict[str, Any] | None) -> str | None:
+    """The default tenant resolver: ``config["configurable"]["tenant_id"]`` if set."""
+    if not config:
+        return None
+    tenant = (config.get("configurable") or {}).get("tenant_id")
+    return None if tenant is None else str(tenant)
+
+
+def thread_key(
+    config: dict[str, Any],
+    tenant: str | None,
+    default_tenant: str,
+    *,
+    require_ns: bool = False,
+) -> ThreadKey:
+    """The (tenant, thread, namespace) a call addresses.
+
+    Args:
+        config: The call's RunnableConfig.
+        tenant: The tenant resolved for this call (None for the default one).
+        default_tenant: The saver's default tenant.
+        require_ns: Whether ``checkpoint_ns`` must be present (writes need it).
+
+    Raises:
+        InvalidInputError: The config has no ``configurable.thread_id``.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    if thread is None or thread == "":
+        raise InvalidInputError(
+            "config['configurable']['thread_id'] is required: pass "
+            "{'configurable': {'thread_id': ...}} to the graph or the saver"
+        )
+    ns = configurable.get("checkpoint_ns", "")
+    if ns is None:
+        ns = ""
+    if require_ns and "checkpoint_ns" not in configurable:
+        ns = ""
+    return ThreadKey(tenant or default_tenant, str(thread), str(ns), tenant is not None)

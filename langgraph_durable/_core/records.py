@@ -1,0 +1,105 @@
+"""Storage-neutral record shapes shared by every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "RecordKind",
+    "RecordIdentity",
+    "Sealed",
+    "BlobRecord",
+    "WriteRecord",
+    "CheckpointRecord",
+]
+
+
+class RecordKind:
+    """The kinds of payload-bearing records a saver stores."""
+
+    CHECKPOINT = "checkpoint"
+    METADATA = "metadata"
+    BLOB = "blob"
+    WRITE = "write"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIdentity:
+    """Where a payload belongs. The record pipeline binds it to the payload.
+
+    Attributes:
+        tenant: Tenant id.
+        thread: Thread id.
+        ns: Checkpoint namespace.
+        kind: One of :class:`RecordKind`.
+        checkpoint_id: Checkpoint id (empty for channel blobs, which are
+            shared by every checkpoint that references their version).
+        key: Channel name for blobs; ``task_id`` for writes.
+        version: Channel version for blobs; write index for writes.
+    """
+
+    tenant: str
+    thread: str
+    ns: str
+    kind: str
+    checkpoint_id: str = ""
+    key: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A payload as the pipeline hands it to storage: a type tag plus bytes."""
+
+    type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRecord:
+    """One channel value at one version (``sealed`` is None for an empty channel)."""
+
+    channel: str
+    version: str
+    sealed: Sealed | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRecord:
+    """One pending write of one task."""
+
+    task_id: str
+    task_path: str
+    idx: int
+    channel: str
+    sealed: Sealed
+
+
+@dataclass(slots=True)
+class CheckpointRecord:
+    """Everything one ``put`` stores, with its clear (indexed) fields separate.
+
+    Attributes:
+        tenant, thread, ns, checkpoint_id, parent_checkpoint_id: identity.
+        v: Checkpoint format version (clear: old formats need migration on read).
+        run_id: ``metadata["run_id"]`` if it is a string (clear: ``delete_for_runs``).
+        blob_refs: (channel, version) of every channel value stored as a blob.
+        metadata_index: JSON-safe projection of the metadata used for filtering.
+        body: The sealed checkpoint without its blob channel values.
+        metadata: The sealed full metadata.
+        blobs: Blobs to write (only channels in ``new_versions``).
+    """
+
+    tenant: str
+    thread: str
+    ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    v: int
+    run_id: str | None
+    blob_refs: list[tuple[str, str]]
+    metadata_index: dict[str, Any]
+    body: Sealed
+    metadata: Sealed
+    blobs: list[BlobRecord] = field(default_factory=list)

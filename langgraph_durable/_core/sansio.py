@@ -1,0 +1,78 @@
+"""The sans-IO protocol between saver operations and their drivers.
+
+A saver operation is a generator: it yields requests (a SQL statement, a batch
+of commands, an API call), receives each request's result, and finally returns
+the operation's result. It never touches a connection. A backend's sync driver
+and async driver both run the same generator, so every decision (what to
+write, how to decode, what to retry) is written once.
+
+A request may also be :class:`Emit`, which hands one item to the caller of a
+streaming operation (``list``); the driver sends ``None`` back.
+If a request fails, the driver throws the (already translated) error into the
+generator, which may handle it (e.g. create a missing partition and retry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Emit", "Operation", "Stepper"]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """An item a streaming operation hands to its caller."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[R]):
+    """A saver operation and how the driver must run it.
+
+    Attributes:
+        steps: The operation's generator.
+        transaction: Run every request on one connection inside one
+            transaction (otherwise each request runs on its own, in autocommit).
+    """
+
+    steps: Generator[Any, Any, R]
+    transaction: bool = False
+
+
+class Stepper:
+    """Advances an operation's generator; shared by the sync and async drivers."""
+
+    __slots__ = ("_steps", "result")
+
+    def __init__(self, steps: Generator[Any, Any, Any]) -> None:
+        self._steps = steps
+        self.result: Any = None
+
+    def first(self) -> Any | None:
+        """The first request, or None if the operation finished at once."""
+        return self.send(None)
+
+    def send(self, value: Any) -> Any | None:
+        """Send a request's result; get the next request or None when done."""
+        try:
+            return self._steps.send(value)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+    def throw(self, error: BaseException) -> Any | None:
+        """Throw a request's error into the operation; the next request or None."""
+        try:
+            return self._steps.throw(error)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+    def close(self) -> None:
+        """Abandon the operation (e.g. a caller stopped iterating a listing)."""
+        self._steps.close()

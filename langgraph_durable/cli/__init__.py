@@ -1,0 +1,109 @@
+"""The ``langgraph-durable`` command line.
+
+Subcommands:
+
+* ``demo``: kill a LangGraph agent with SIGKILL mid-run and resume it from PostgreSQL.
+* ``setup``: apply the PostgreSQL saver's schema migrations.
+
+Importing this package imports no database driver and no LangGraph; each command imports what
+it needs when it runs. Errors the user can act on (bad options, an unreachable database) are
+printed as one line on stderr with exit code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from langgraph_durable import __version__
+from langgraph_durable.cli import _demo, _setup
+from langgraph_durable.cli._common import CommandError, one_line
+from langgraph_durable.errors import DurableError
+
+__all__ = ["main", "build_parser"]
+
+PROG = "langgraph-durable"
+
+# Missing optional dependencies, and the extra that installs each.
+_EXTRAS = {
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "pgserver": "embedded",
+    "langgraph": "all",
+    "langchain_core": "all",
+}
+
+
+class _UsageError(Exception):
+    """Raised instead of argparse's print-usage-and-exit, so ``main`` controls the output."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser of ``langgraph-durable`` and its subcommands.
+
+    Returns:
+        The parser; each subcommand stores its handler as ``handler`` in the parsed namespace.
+    """
+    parser = _Parser(
+        prog=PROG,
+        description="Production checkpoint savers for LangGraph: command-line tools.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _demo.add_parser(subparsers)
+    _setup.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``langgraph-durable`` with ``argv`` (default: ``sys.argv[1:]``).
+
+    Args:
+        argv: The command-line arguments, without the program name.
+
+    Returns:
+        The exit code: 0 on success, 1 if a command ran but its result is wrong (a failed
+        demo check), 2 for bad arguments, missing dependencies or an unusable database,
+        130 if interrupted.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        return _fail(str(exc))
+    except SystemExit as exc:  # --help and --version print and exit
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args, sys.stdout))
+    except (DurableError, CommandError) as exc:
+        return _fail(f"{PROG} {args.command}: error: {one_line(exc)}")
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in _EXTRAS:
+            raise
+        return _fail(
+            f"{PROG} {args.command}: error: {top} is not installed; "
+            f"install it with: pip install 'langgraph-durable[{_EXTRAS[top]}]'"
+        )
+    except KeyboardInterrupt:
+        return _fail(f"{PROG} {args.command}: interrupted", code=130)
+    except Exception as exc:
+        # A driver error that escaped translation still deserves a one-line message.
+        if not type(exc).__module__.startswith(("psycopg", "psycopg_pool")):
+            raise
+        return _fail(f"{PROG} {args.command}: database error: {one_line(exc)}")
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(message, file=sys.stderr, flush=True)
+    return code

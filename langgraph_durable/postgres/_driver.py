@@ -1,0 +1,318 @@
+"""Run the pure operations of ``_sql`` on psycopg connections (sync and async).
+
+The only module of the Postgres backend that talks to the database. It owns
+connection handling (a connection, a pool, or a URL), autocommit, prepared
+statements, and the translation of psycopg errors into ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+from psycopg import AsyncConnection, Connection
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from .._core.sansio import Emit, Operation, Stepper
+from ..errors import (
+    ConfigurationError,
+    DurableError,
+    InvalidInputError,
+    MissingPartitionError,
+    SchemaError,
+    StorageError,
+    StorageUnavailableError,
+)
+from ._sql import Query
+
+R = TypeVar("R")
+
+_SCHEMA_STATES = ("42P01", "3F000", "42883")  # undefined table, schema, function
+
+
+def translate(exc: BaseException) -> DurableError:
+    """Our error for a psycopg (or pool) error."""
+    if isinstance(exc, DurableError):
+        return exc
+    if isinstance(exc, PoolTimeout):
+        return StorageUnavailableError(f"no PostgreSQL connection available: {exc}")
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate == "23514" and "no partition" in str(exc):
+        return MissingPartitionError(str(exc).strip())
+    if sqlstate in _SCHEMA_STATES:
+        return SchemaError(
+            f"the saver's tables are missing or outdated ({str(exc).strip()}): "
+            "call setup() (or run `langgraph-durable setup`) once before use"
+        )
+    if isinstance(exc, psycopg.DataError):
+        return InvalidInputError(f"PostgreSQL cannot store this value: {str(exc).strip()}")
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
+    if isinstance(exc, psycopg.Error):
+        return StorageError(f"PostgreSQL error: {str(exc).strip()}")
+    return StorageError(f"unexpected error talking to PostgreSQL: {exc!r}")
+
+
+def _check_url(url: str) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"a PostgreSQL URL is required, got {url!r}")
+    return url
+
+
+class SyncConnector:
+    """Hands out connections to the sync driver.
+
+    Args:
+        conn: A ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool`` or a URL
+            (for which the connector opens and owns a pool of ``pool_size``).
+        prepare: Whether hot-path statements are prepared server side.
+        pool_size: Size of the pool opened for a URL.
+    """
+
+    def __init__(self, conn: Any, *, prepare: bool, pool_size: int) -> None:
+        self.prepare = prepare
+        self.owns = False
+        self._lock: threading.Lock | None = None
+        if isinstance(conn, str):
+            try:
+                conn = ConnectionPool(
+                    _check_url(conn), min_size=1, max_size=pool_size,
+                    kwargs={"autocommit": True}, open=True, name="langgraph-durable",
+                )
+            except Exception as exc:
+                raise translate(exc) from exc
+            self.owns = True
+        if isinstance(conn, ConnectionPool):
+            self.pool: ConnectionPool | None = conn
+            self.conn: Connection[Any] | None = None
+        elif isinstance(conn, Connection):
+            self.pool, self.conn = None, conn
+            self._lock = threading.Lock()
+        else:
+            raise ConfigurationError(
+                "PostgresSaver needs a psycopg.Connection, a psycopg_pool.ConnectionPool "
+                f"or a URL string, got {type(conn).__name__}"
+            )
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection[Any]]:
+        """A connection in autocommit mode (unless the caller's is inside a transaction)."""
+        if self.pool is not None:
+            with self.pool.connection() as conn, _autocommit(conn):
+                yield conn
+        else:
+            assert self.conn is not None and self._lock is not None
+            with self._lock, _autocommit(self.conn):
+                yield self.conn
+
+    def execute(self, conn: Connection[Any], q: Query) -> Any:
+        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
+            if q.fetch == "all":
+                return cur.fetchall()
+            if q.fetch == "one":
+                return cur.fetchone()
+            return cur.rowcount
+
+    def close(self) -> None:
+        if self.owns and self.pool is not None:
+            self.pool.close()
+
+
+@contextmanager
+def _autocommit(conn: Connection[Any]) -> Iterator[None]:
+    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.autocommit = False
+
+
+def _request(step: Any) -> Query:
+    if not isinstance(step, Query):
+        raise TypeError(f"operation yielded {step!r}, expected a Query")
+    return step
+
+
+def run(connector: SyncConnector, op: Operation[R]) -> R:
+    """Run an operation to its result (it must not emit items)."""
+    stepper = Stepper(op.steps)
+    for _ in _execute(connector, op, stepper):
+        raise TypeError("run() was given a streaming operation; use iterate()")
+    return stepper.result  # type: ignore[no-any-return]
+
+
+def iterate(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
+    """Run an operation, yielding the items it emits."""
+    return _execute(connector, op, Stepper(op.steps))
+
+
+def _execute(connector: SyncConnector, op: Operation[Any], stepper: Stepper) -> Iterator[Any]:
+    if op.transaction:
+        with connector.connection() as conn:
+            try:
+                with conn.transaction():
+                    yield from _drive(stepper, lambda q: connector.execute(conn, q))
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+    else:
+        def execute(q: Query) -> Any:
+            with connector.connection() as conn:
+                return connector.execute(conn, q)
+
+        yield from _drive(stepper, execute)
+
+
+def _drive(stepper: Stepper, execute: Any) -> Iterator[Any]:
+    step = stepper.first()
+    try:
+        while step is not None:
+            if isinstance(step, Emit):
+                yield step.value
+                step = stepper.send(None)
+                continue
+            try:
+                result = execute(_request(step))
+            except Exception as exc:
+                step = stepper.throw(translate(exc))
+                continue
+            step = stepper.send(result)
+    finally:
+        stepper.close()
+
+
+class AsyncConnector:
+    """Hands out connections to the async driver (see :class:`SyncConnector`)."""
+
+    def __init__(self, conn: Any, *, prepare: bool, pool_size: int) -> None:
+        self.prepare = prepare
+        self.owns = False
+        self._opened = True
+        self._lock: asyncio.Lock | None = None
+        if isinstance(conn, str):
+            conn = AsyncConnectionPool(
+                _check_url(conn), min_size=1, max_size=pool_size,
+                kwargs={"autocommit": True}, open=False, name="langgraph-durable",
+            )
+            self.owns = True
+            self._opened = False
+        if isinstance(conn, AsyncConnectionPool):
+            self.pool: AsyncConnectionPool | None = conn
+            self.conn: AsyncConnection[Any] | None = None
+        elif isinstance(conn, AsyncConnection):
+            self.pool, self.conn = None, conn
+            self._lock = asyncio.Lock()
+        else:
+            raise ConfigurationError(
+                "AsyncPostgresSaver needs a psycopg.AsyncConnection, a "
+                "psycopg_pool.AsyncConnectionPool or a URL string, got "
+                f"{type(conn).__name__}"
+            )
+
+    async def open(self) -> None:
+        if not self._opened and self.pool is not None:
+            try:
+                await self.pool.open(wait=True)
+            except Exception as exc:
+                raise translate(exc) from exc
+            self._opened = True
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if self.pool is not None:
+            if not self._opened:
+                await self.open()
+            async with self.pool.connection() as conn, _aautocommit(conn):
+                yield conn
+        else:
+            assert self.conn is not None and self._lock is not None
+            async with self._lock, _aautocommit(self.conn):
+                yield self.conn
+
+    async def execute(self, conn: AsyncConnection[Any], q: Query) -> Any:
+        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            await cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
+            if q.fetch == "all":
+                return await cur.fetchall()
+            if q.fetch == "one":
+                return await cur.fetchone()
+            return cur.rowcount
+
+    async def close(self) -> None:
+        if self.owns and self.pool is not None:
+            await self.pool.close()
+
+
+@asynccontextmanager
+async def _aautocommit(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    await conn.set_autocommit(True)
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            await conn.set_autocommit(False)
+
+
+async def arun(connector: AsyncConnector, op: Operation[R]) -> R:
+    """Run an operation to its result (it must not emit items)."""
+    stepper = Stepper(op.steps)
+    async for _ in _aexecute(connector, op, stepper):
+        raise TypeError("arun() was given a streaming operation; use aiterate()")
+    return stepper.result  # type: ignore[no-any-return]
+
+
+def aiterate(connector: AsyncConnector, op: Operation[Any]) -> AsyncIterator[Any]:
+    """Run an operation, yielding the items it emits."""
+    return _aexecute(connector, op, Stepper(op.steps))
+
+
+async def _aexecute(
+    connector: AsyncConnector, op: Operation[Any], stepper: Stepper
+) -> AsyncIterator[Any]:
+    if op.transaction:
+        async with connector.connection() as conn:
+            try:
+                async with conn.transaction():
+                    async for item in _adrive(stepper, lambda q: connector.execute(conn, q)):
+                        yield item
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+    else:
+        async def execute(q: Query) -> Any:
+            async with connector.connection() as conn:
+                return await connector.execute(conn, q)
+
+        async for item in _adrive(stepper, execute):
+            yield item
+
+
+async def _adrive(stepper: Stepper, execute: Any) -> AsyncIterator[Any]:
+    step = stepper.first()
+    try:
+        while step is not None:
+            if isinstance(step, Emit):
+                yield step.value
+                step = stepper.send(None)
+                continue
+            try:
+                result = await execute(_request(step))
+            except Exception as exc:
+                step = stepper.throw(translate(exc))
+                continue
+            step = stepper.send(result)
+    finally:
+        stepper.close()

@@ -1,0 +1,702 @@
+"""Every PostgreSQL statement of the saver, and the operations that use them.
+
+This module is pure (no psycopg import, no I/O): each saver operation is a
+generator that yields :class:`Query` requests and receives their rows (see
+``langgraph_durable._core.sansio``). ``PostgresSaver`` and
+``AsyncPostgresSaver`` run the same generators through a sync or async driver.
+
+Schema (all tables in one configurable schema):
+
+* ``threads``: one row per (tenant, thread): the thread's ``epoch`` (the time
+  bucket it started in), created/updated/expires timestamps.
+* ``checkpoints``, ``blobs``, ``writes``: data rows, primary keys led by
+  (tenant_id, thread_id), declaratively partitioned by RANGE on ``epoch``.
+  Every query for one thread looks its epoch up in ``threads`` first, so it
+  touches one partition; retention can drop a whole partition once every
+  thread in it has expired.
+* ``settings``: the partition width in days, fixed at the first ``setup()``.
+* ``schema_migrations``: versions applied; migrations run under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.serde.types import TASKS
+
+from .._core.codec import (
+    CheckpointCodec,
+    StoredCheckpoint,
+    ThreadKey,
+    encode_filter,
+)
+from .._core.records import Sealed
+from .._core.sansio import Emit, Operation
+from ..errors import (
+    ConfigurationError,
+    InvalidInputError,
+    MissingPartitionError,
+    SchemaError,
+    UnsupportedOperationError,
+)
+
+__all__ = ["Query", "PostgresOps", "MIGRATIONS", "validate_schema_name"]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+LIST_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One SQL statement for the driver to run.
+
+    Attributes:
+        sql: The statement, with psycopg placeholders.
+        params: Its parameters.
+        fetch: ``"all"`` rows, ``"one"`` row (or None), or ``"none"`` (row count).
+        prepare: Whether it may be a prepared statement (hot-path statements);
+            DDL and multi-statement scripts are never prepared.
+    """
+
+    sql: str
+    params: Sequence[Any] | dict[str, Any] = ()
+    fetch: str = "none"
+    prepare: bool = True
+
+
+def validate_schema_name(schema: str) -> str:
+    """Check that ``schema`` is a plain SQL identifier and return it."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"schema name {schema!r} is not allowed: use 1-63 letters, digits or "
+            "underscores, not starting with a digit (e.g. 'langgraph_durable')"
+        )
+    return schema
+
+
+# Migrations, in order; version N is MIGRATIONS[N - 1]. ``{s}`` is the quoted schema.
+MIGRATIONS: list[str] = [
+    # 1: tables
+    """
+CREATE TABLE {s}.settings (
+    key text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE {s}.threads (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    epoch integer NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz,
+    PRIMARY KEY (tenant_id, thread_id)
+);
+CREATE INDEX threads_epoch_idx ON {s}.threads (epoch);
+CREATE INDEX threads_expires_idx ON {s}.threads (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE {s}.checkpoints (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    checkpoint_ns text NOT NULL,
+    checkpoint_id text NOT NULL,
+    epoch integer NOT NULL,
+    parent_checkpoint_id text,
+    v integer NOT NULL,
+    run_id text,
+    blob_channels text[] NOT NULL,
+    blob_versions text[] NOT NULL,
+    metadata_index jsonb NOT NULL,
+    checkpoint_type text NOT NULL,
+    checkpoint bytea NOT NULL,
+    metadata_type text NOT NULL,
+    metadata bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch)
+) PARTITION BY RANGE (epoch);
+CREATE INDEX checkpoints_run_idx ON {s}.checkpoints (tenant_id, run_id)
+    WHERE run_id IS NOT NULL;
+CREATE TABLE {s}.blobs (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    checkpoint_ns text NOT NULL,
+    channel text NOT NULL,
+    version text NOT NULL,
+    epoch integer NOT NULL,
+    type text NOT NULL,
+    blob bytea,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, channel, version, epoch)
+) PARTITION BY RANGE (epoch);
+CREATE TABLE {s}.writes (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    checkpoint_ns text NOT NULL,
+    checkpoint_id text NOT NULL,
+    task_id text NOT NULL,
+    idx integer NOT NULL,
+    epoch integer NOT NULL,
+    task_path text NOT NULL,
+    channel text NOT NULL,
+    type text NOT NULL,
+    blob bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch)
+) PARTITION BY RANGE (epoch);
+""",
+    # 2: partition helpers (plain SQL/PL/pgSQL, no extension)
+    """
+CREATE FUNCTION {s}.current_epoch() RETURNS integer
+LANGUAGE sql STABLE AS $fn$
+    SELECT floor(extract(epoch FROM now())
+                 / (86400 * (SELECT value::integer FROM {s}.settings
+                             WHERE key = 'partition_days')))::integer
+$fn$;
+CREATE FUNCTION {s}.ensure_partitions(p_epoch integer) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    t text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext({lit} || ':partitions'));
+    FOREACH t IN ARRAY ARRAY['checkpoints', 'blobs', 'writes'] LOOP
+        EXECUTE format(
+            'CREATE TABLE IF NOT EXISTS %I.%I PARTITION OF %I.%I FOR VALUES FROM (%s) TO (%s)',
+            {lit}, t || '_e' || p_epoch, {lit}, t, p_epoch, p_epoch + 1);
+    END LOOP;
+END
+$fn$;
+""",
+]
+
+_W_ARRAYS = (
+    "array_agg(w.task_id) AS task_ids, array_agg(w.task_path) AS task_paths, "
+    "array_agg(w.idx) AS idxs, array_agg(w.channel) AS channels, "
+    "array_agg(w.type) AS types, array_agg(w.blob) AS blobs"
+)
+
+
+class PostgresOps:
+    """The saver's operations on one schema, as sans-IO generators.
+
+    Args:
+        schema: Schema that holds the tables (validated identifier).
+        codec: The checkpoint codec (owns the record pipeline).
+    """
+
+    def __init__(self, schema: str, codec: CheckpointCodec) -> None:
+        self.schema = validate_schema_name(schema)
+        self.codec = codec
+        s = f'"{self.schema}"'
+        self._s = s
+        self._lock_key = f"langgraph_durable:{self.schema}"
+        thread_epoch = (
+            f"(SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s)"
+        )
+        self._thread_epoch = thread_epoch
+        upsert_thread = (
+            f"INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch) "
+            f"VALUES (%(tenant)s, %(thread)s, {s}.current_epoch()) "
+            "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now() "
+            "RETURNING t.epoch"
+        )
+        self.PUT_SQL = (
+            f"WITH t AS ({upsert_thread}), "
+            f"b AS (INSERT INTO {s}.blobs "
+            "(tenant_id, thread_id, checkpoint_ns, channel, version, epoch, type, blob) "
+            "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, u.blob "
+            "FROM t CROSS JOIN unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
+            "%(b_types)s::text[], %(b_blobs)s::bytea[]) AS u(channel, version, type, blob) "
+            "ON CONFLICT DO NOTHING) "
+            f"INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
+            "epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
+            "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
+            "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, t.epoch, %(parent)s, "
+            "%(v)s, %(run_id)s, %(r_channels)s::text[], %(r_versions)s::text[], "
+            "%(metadata_index)s::jsonb, %(c_type)s, %(c_data)s, %(m_type)s, %(m_data)s FROM t "
+            "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch) DO UPDATE SET "
+            "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, v = EXCLUDED.v, "
+            "run_id = EXCLUDED.run_id, blob_channels = EXCLUDED.blob_channels, "
+            "blob_versions = EXCLUDED.blob_versions, metadata_index = EXCLUDED.metadata_index, "
+            "checkpoint_type = EXCLUDED.checkpoint_type, checkpoint = EXCLUDED.checkpoint, "
+            "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata"
+        )
+        writes_head = (
+            f"WITH t AS ({upsert_thread}) "
+            f"INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
+            "task_id, idx, epoch, task_path, channel, type, blob) "
+            "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, "
+            "t.epoch, %(task_path)s, u.channel, u.type, u.blob "
+            "FROM t CROSS JOIN unnest(%(idxs)s::integer[], %(channels)s::text[], "
+            "%(types)s::text[], %(blobs)s::bytea[]) AS u(idx, channel, type, blob) "
+            "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch) "
+        )
+        self.INSERT_WRITES_SQL = writes_head + "DO NOTHING"
+        self.UPSERT_WRITES_SQL = (
+            writes_head
+            + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+            "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
+        )
+        # The columns of a stored checkpoint with its blobs, writes and (for
+        # checkpoints before format 4) the parent's pending sends, in one row.
+        self._select_head = (
+            "SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, "
+            "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
+            "bl.channels, bl.versions, bl.types, bl.blobs, "
+            "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
+            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs FROM ("
+        )
+        self._select_tail = (
+            ") AS c CROSS JOIN LATERAL ("
+            "SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions, "
+            "array_agg(b.type) AS types, array_agg(b.blob) AS blobs "
+            "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+            f"JOIN {s}.blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
+            "AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = c.epoch "
+            "AND b.channel = r.channel AND b.version = r.version) AS bl "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
+            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
+            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps "
+            "ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+        )
+        self.GET_LATEST_SQL = (
+            self._select_head
+            + f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s "
+            f"AND epoch = {thread_epoch} ORDER BY checkpoint_id DESC LIMIT 1"
+            + self._select_tail
+        )
+        self.GET_BY_ID_SQL = (
+            self._select_head
+            + f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s "
+            f"AND epoch = {thread_epoch} AND checkpoint_id = %(checkpoint_id)s"
+            + self._select_tail
+        )
+        self.DELETE_THREAD_SQL = (
+            f"WITH t AS (DELETE FROM {s}.threads WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s RETURNING epoch), "
+            f"c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)), "
+            f"w AS (DELETE FROM {s}.writes WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)) "
+            f"DELETE FROM {s}.blobs WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)"
+        )
+        self.DELETE_FOR_RUNS_SQL = (
+            f"WITH c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND run_id = ANY(%(run_ids)s::text[]) "
+            "RETURNING thread_id, checkpoint_ns, checkpoint_id, epoch), "
+            f"w AS (DELETE FROM {s}.writes w USING c WHERE w.tenant_id = %(tenant)s "
+            "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+            "AND w.checkpoint_id = c.checkpoint_id AND w.epoch = c.epoch) "
+            "SELECT count(*) FROM c"
+        )
+
+    # ---- setup ---------------------------------------------------------------
+
+    def setup(self, partition_days: int) -> Operation[list[int]]:
+        """Create or migrate the schema; returns the migration versions applied."""
+        return Operation(self._setup(partition_days), transaction=True)
+
+    def _setup(self, partition_days: int) -> Generator[Any, Any, list[int]]:
+        s = self._s
+        yield Query("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,), "one", False)
+        yield Query(f"CREATE SCHEMA IF NOT EXISTS {s}", (), "none", False)
+        yield Query(
+            f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+            (),
+            "none",
+            False,
+        )
+        row = yield Query(
+            f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations", (), "one", False
+        )
+        current = int(row[0])
+        if current > len(MIGRATIONS):
+            raise SchemaError(
+                f"schema {self.schema!r} is at migration {current}, newer than this "
+                f"package knows ({len(MIGRATIONS)}): upgrade langgraph-durable"
+            )
+        applied: list[int] = []
+        lit = "'" + self.schema + "'"
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            script = MIGRATIONS[version - 1].replace("{s}", s).replace("{lit}", lit)
+            for statement in _split_statements(script):
+                yield Query(statement, (), "none", False)
+            yield Query(
+                f"INSERT INTO {s}.schema_migrations (version) VALUES (%s)", (version,), "none", False
+            )
+            applied.append(version)
+        yield Query(
+            f"INSERT INTO {s}.settings (key, value) VALUES ('partition_days', %s) "
+            "ON CONFLICT (key) DO NOTHING",
+            (str(partition_days),),
+            "none",
+            False,
+        )
+        yield Query(
+            f"SELECT {s}.ensure_partitions({s}.current_epoch()), "
+            f"{s}.ensure_partitions({s}.current_epoch() + 1)",
+            (),
+            "one",
+            False,
+        )
+        return applied
+
+    def _ensure_current_partitions(self) -> Query:
+        s = self._s
+        return Query(f"SELECT {s}.ensure_partitions({s}.current_epoch())", (), "one", False)
+
+    # ---- writes --------------------------------------------------------------
+
+    def put(self, key: ThreadKey, config: dict[str, Any], checkpoint: Any, metadata: Any,
+            new_versions: Any) -> Operation[dict[str, Any]]:
+        """Store a checkpoint with its new blobs: one statement, one round trip."""
+        return Operation(self._put(key, config, checkpoint, metadata, new_versions))
+
+    def _put(self, key: ThreadKey, config: dict[str, Any], checkpoint: Any, metadata: Any,
+             new_versions: Any) -> Generator[Any, Any, dict[str, Any]]:
+        rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
+        params = {
+            "tenant": rec.tenant,
+            "thread": rec.thread,
+            "ns": rec.ns,
+            "checkpoint_id": rec.checkpoint_id,
+            "parent": rec.parent_checkpoint_id,
+            "v": rec.v,
+            "run_id": rec.run_id,
+            "r_channels": [c for c, _ in rec.blob_refs],
+            "r_versions": [v for _, v in rec.blob_refs],
+            "metadata_index": json.dumps(rec.metadata_index, separators=(",", ":")),
+            "c_type": rec.body.type,
+            "c_data": rec.body.data,
+            "m_type": rec.metadata.type,
+            "m_data": rec.metadata.data,
+            "b_channels": [b.channel for b in rec.blobs],
+            "b_versions": [b.version for b in rec.blobs],
+            "b_types": [b.sealed.type if b.sealed else "empty" for b in rec.blobs],
+            "b_blobs": [b.sealed.data if b.sealed else None for b in rec.blobs],
+        }
+        yield from self._with_partition(Query(self.PUT_SQL, params))
+        return self.codec.config(key, rec.checkpoint_id)
+
+    def put_writes(self, key: ThreadKey, checkpoint_id: str, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str) -> Operation[None]:
+        """Store a task's pending writes: one statement, one round trip."""
+        return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
+
+    def _put_writes(self, key: ThreadKey, checkpoint_id: str,
+                    writes: Sequence[tuple[str, Any]], task_id: str,
+                    task_path: str) -> Generator[Any, Any, None]:
+        if not writes:
+            return None
+        records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task_id, task_path)
+        params = {
+            "tenant": key.tenant,
+            "thread": key.thread,
+            "ns": key.ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+            "idxs": [r.idx for r in records],
+            "channels": [r.channel for r in records],
+            "types": [r.sealed.type for r in records],
+            "blobs": [r.sealed.data for r in records],
+        }
+        sql = self.UPSERT_WRITES_SQL if replace else self.INSERT_WRITES_SQL
+        yield from self._with_partition(Query(sql, params))
+        return None
+
+    def _with_partition(self, query: Query) -> Generator[Any, Any, Any]:
+        """Run a write; if its epoch has no partition yet, create it and retry once."""
+        try:
+            return (yield query)
+        except MissingPartitionError:
+            yield self._ensure_current_partitions()
+        try:
+            return (yield query)
+        except MissingPartitionError as exc:
+            raise SchemaError(
+                f"thread data for schema {self.schema!r} has no partition even after "
+                "creating the current one: its epoch's partition was dropped; "
+                "delete the thread or restore the partition"
+            ) from exc
+
+    # ---- reads ---------------------------------------------------------------
+
+    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Operation[Any]:
+        """The latest (or the given) checkpoint of a thread namespace: one round trip."""
+        return Operation(self._get_tuple(key, checkpoint_id))
+
+    def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
+        params = {"tenant": key.tenant, "thread": key.thread, "ns": key.ns}
+        if checkpoint_id:
+            params["checkpoint_id"] = checkpoint_id
+            row = yield Query(self.GET_BY_ID_SQL, params, "one")
+        else:
+            row = yield Query(self.GET_LATEST_SQL, params, "one")
+        if row is None:
+            return None
+        return self.codec.decode(key, _stored(row))
+
+    def list(self, tenant: str, thread: str | None, ns: str | None, checkpoint_id: str | None,
+             filter: dict[str, Any] | None, before_id: str | None,
+             limit: int | None, echo_tenant: bool) -> Operation[None]:
+        """Stream matching checkpoints newest first, a page per round trip.
+
+        ``thread`` None lists across threads of the tenant; ``ns`` None across
+        namespaces of the thread.
+        """
+        return Operation(
+            self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
+        )
+
+    def _list(self, tenant: str, thread: str | None, ns: str | None, checkpoint_id: str | None,
+              filter: dict[str, Any] | None, before_id: str | None, limit: int | None,
+              echo_tenant: bool) -> Generator[Any, Any, None]:
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+            if limit == 0:
+                return None
+        s = self._s
+        wheres = ["tenant_id = %(tenant)s"]
+        params: dict[str, Any] = {"tenant": tenant}
+        if thread is not None:
+            wheres.append("thread_id = %(thread)s")
+            wheres.append(f"epoch = {self._thread_epoch}")
+            params["thread"] = thread
+            if ns is not None:
+                wheres.append("checkpoint_ns = %(ns)s")
+                params["ns"] = ns
+        if checkpoint_id:
+            wheres.append("checkpoint_id = %(checkpoint_id)s")
+            params["checkpoint_id"] = checkpoint_id
+        if (encoded := encode_filter(filter)) is not None:
+            wheres.append("metadata_index @> %(filter)s::jsonb")
+            params["filter"] = encoded
+        if before_id:
+            wheres.append("checkpoint_id < %(before)s")
+            params["before"] = before_id
+        base_where = " AND ".join(wheres)
+        order = " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
+        remaining = limit
+        cursor: tuple[str, str, str] | None = None
+        while True:
+            page = LIST_PAGE_SIZE if remaining is None else min(remaining, LIST_PAGE_SIZE)
+            where = base_where
+            if cursor is not None:
+                where += " AND (checkpoint_id, thread_id, checkpoint_ns) < (%(c_id)s, %(c_thread)s, %(c_ns)s)"
+                params["c_id"], params["c_thread"], params["c_ns"] = cursor
+            params["page"] = page
+            sql = (
+                self._select_head
+                + f"SELECT * FROM {s}.checkpoints WHERE {where}{order} LIMIT %(page)s"
+                + self._select_tail
+            )
+            rows = yield Query(sql, dict(params), "all")
+            for row in rows:
+                stored = _stored(row)
+                row_key = ThreadKey(tenant, stored.thread, stored.ns, echo_tenant)
+                yield Emit(self.codec.decode(row_key, stored))
+            if len(rows) < page:
+                return None
+            if remaining is not None:
+                remaining -= len(rows)
+                if remaining <= 0:
+                    return None
+            last = rows[-1]
+            cursor = (last[2], last[0], last[1])
+
+    # ---- deletes, copies, pruning -------------------------------------------
+
+    def delete_thread(self, tenant: str, thread_id: str) -> Operation[None]:
+        """Delete every row of one thread (all namespaces): one statement."""
+        return Operation(self._delete_thread(tenant, thread_id))
+
+    def _delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
+        yield Query(self.DELETE_THREAD_SQL, {"tenant": tenant, "thread": thread_id})
+        return None
+
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Operation[int]:
+        """Delete the checkpoints (and their writes) made by the given runs."""
+        return Operation(self._delete_for_runs(tenant, run_ids))
+
+    def _delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return 0
+        row = yield Query(self.DELETE_FOR_RUNS_SQL, {"tenant": tenant, "run_ids": ids}, "one")
+        return int(row[0])
+
+    def copy_thread(self, tenant: str, source: str, target: str) -> Operation[None]:
+        """Copy every checkpoint, blob and write of a thread to another thread id."""
+        return Operation(self._copy_thread(tenant, source, target), transaction=True)
+
+    def _copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
+        s = self._s
+        if source == target:
+            raise InvalidInputError("copy_thread: source and target thread ids are the same")
+        yield self._ensure_current_partitions()
+        p = {"tenant": tenant, "source": source, "target": target}
+        row = yield Query(
+            f"SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s AND thread_id = %(source)s",
+            p, "one",
+        )
+        if row is None:
+            return None
+        p["src_epoch"] = row[0]
+        row = yield Query(
+            f"INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch) "
+            f"VALUES (%(tenant)s, %(target)s, {s}.current_epoch()) "
+            "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now() "
+            "RETURNING t.epoch",
+            p, "one",
+        )
+        p["dst_epoch"] = row[0]
+        src = "tenant_id = %(tenant)s AND thread_id = %(source)s AND epoch = %(src_epoch)s"
+        yield Query(
+            f"INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
+            "epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
+            "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
+            "SELECT tenant_id, %(target)s, checkpoint_ns, checkpoint_id, %(dst_epoch)s, "
+            "parent_checkpoint_id, v, run_id, blob_channels, blob_versions, metadata_index, "
+            "checkpoint_type, checkpoint, metadata_type, metadata "
+            f"FROM {s}.checkpoints WHERE {src} ON CONFLICT DO NOTHING",
+            p,
+        )
+        yield Query(
+            f"INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, version, "
+            "epoch, type, blob) SELECT tenant_id, %(target)s, checkpoint_ns, channel, version, "
+            f"%(dst_epoch)s, type, blob FROM {s}.blobs WHERE {src} ON CONFLICT DO NOTHING",
+            p,
+        )
+        yield Query(
+            f"INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
+            "task_id, idx, epoch, task_path, channel, type, blob) "
+            "SELECT tenant_id, %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, "
+            f"%(dst_epoch)s, task_path, channel, type, blob FROM {s}.writes WHERE {src} "
+            "ON CONFLICT DO NOTHING",
+            p,
+        )
+        return None
+
+    def prune(self, tenant: str, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+        """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
+            )
+        return Operation(self._prune(tenant, [str(t) for t in thread_ids], strategy),
+                         transaction=True)
+
+    def _prune(self, tenant: str, thread_ids: list[str], strategy: str
+               ) -> Generator[Any, Any, None]:
+        s = self._s
+        for thread_id in thread_ids:
+            p = {"tenant": tenant, "thread": thread_id}
+            if strategy == "delete":
+                yield Query(self.DELETE_THREAD_SQL, p)
+                continue
+            row = yield Query(
+                f"SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s "
+                "AND thread_id = %(thread)s FOR UPDATE",
+                p, "one",
+            )
+            if row is None:
+                continue
+            p["epoch"] = row[0]
+            mine = "tenant_id = %(tenant)s AND thread_id = %(thread)s AND epoch = %(epoch)s"
+            delta = yield Query(
+                f"SELECT EXISTS (SELECT 1 FROM {s}.checkpoints WHERE {mine} "
+                "AND metadata_index ? 'counters_since_delta_snapshot')",
+                p, "one",
+            )
+            if delta[0]:
+                raise UnsupportedOperationError(
+                    f"keep_latest cannot prune thread {thread_id!r}: it uses a DeltaChannel, "
+                    "whose value is rebuilt from the checkpoints keep_latest would delete"
+                )
+            # Keep each namespace's latest checkpoint, and for formats before 4
+            # its parent (whose writes hold the pending sends).
+            yield Query(
+                f"WITH heads AS (SELECT DISTINCT ON (checkpoint_ns) checkpoint_ns, checkpoint_id, "
+                f"parent_checkpoint_id, v FROM {s}.checkpoints WHERE {mine} "
+                "ORDER BY checkpoint_ns, checkpoint_id DESC), "
+                "keep AS (SELECT checkpoint_ns, checkpoint_id FROM heads UNION "
+                "SELECT checkpoint_ns, parent_checkpoint_id FROM heads "
+                "WHERE v < 4 AND parent_checkpoint_id IS NOT NULL), "
+                f"gone AS (DELETE FROM {s}.checkpoints c WHERE {mine} AND NOT EXISTS ("
+                "SELECT 1 FROM keep k WHERE k.checkpoint_ns = c.checkpoint_ns "
+                "AND k.checkpoint_id = c.checkpoint_id) RETURNING checkpoint_ns, checkpoint_id) "
+                f"DELETE FROM {s}.writes w USING gone g WHERE w.tenant_id = %(tenant)s "
+                "AND w.thread_id = %(thread)s AND w.epoch = %(epoch)s "
+                "AND w.checkpoint_ns = g.checkpoint_ns AND w.checkpoint_id = g.checkpoint_id",
+                p,
+            )
+            # Blobs are shared by version: drop only those no kept checkpoint references.
+            yield Query(
+                f"DELETE FROM {s}.blobs b WHERE b.tenant_id = %(tenant)s "
+                "AND b.thread_id = %(thread)s AND b.epoch = %(epoch)s AND NOT EXISTS ("
+                f"SELECT 1 FROM {s}.checkpoints c "
+                "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+                "WHERE c.tenant_id = %(tenant)s AND c.thread_id = %(thread)s "
+                "AND c.epoch = %(epoch)s AND c.checkpoint_ns = b.checkpoint_ns "
+                "AND r.channel = b.channel AND r.version = b.version)",
+                p,
+            )
+        return None
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split a migration script on ``;`` at line ends outside ``$fn$`` bodies."""
+    statements, current, in_body = [], [], False
+    for line in script.splitlines():
+        if line.count("$fn$") % 2 == 1:
+            in_body = not in_body
+        current.append(line)
+        if not in_body and line.rstrip().endswith(";"):
+            statement = "\n".join(current).strip().rstrip(";")
+            if statement:
+                statements.append(statement)
+            current = []
+    rest = "\n".join(current).strip()
+    if rest:
+        statements.append(rest)
+    return statements
+
+
+def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> list[Sealed | None]:
+    if not types:
+        return []
+    return [None if b is None else Sealed(t, bytes(b)) for t, b in zip(types, blobs or [])]
+
+
+def _stored(row: Sequence[Any]) -> StoredCheckpoint:
+    (thread, ns, checkpoint_id, parent, c_type, c_data, m_type, m_data,
+     b_channels, b_versions, b_types, b_blobs,
+     w_tasks, w_paths, w_idxs, w_channels, w_types, w_blobs,
+     s_tasks, s_paths, s_idxs, s_types, s_blobs) = row
+    blobs = list(zip(b_channels or [], b_versions or [], _sealed_list(b_types, b_blobs)))
+    writes = list(zip(w_tasks or [], w_paths or [], w_idxs or [], w_channels or [],
+                      _sealed_list(w_types, w_blobs)))
+    sends = list(zip(s_tasks or [], s_paths or [], s_idxs or [], _sealed_list(s_types, s_blobs)))
+    return StoredCheckpoint(
+        thread=thread,
+        ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=parent,
+        body=Sealed(c_type, bytes(c_data)),
+        metadata=Sealed(m_type, bytes(m_data)),
+        blobs=blobs,
+        writes=writes,
+        parent_sends=sends,
+    )

@@ -1,0 +1,47 @@
+"""The record pipeline seam (redact -> serialize -> encrypt, and back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._core.codec import RecordPipeline, json_safe_metadata
+from .._core.records import RecordIdentity, Sealed
+from ..errors import CorruptRecordError
+
+__all__ = ["RecordPipeline", "IdentityPipeline"]
+
+
+class IdentityPipeline:
+    """Serialize only: no redaction, no encryption.
+
+    All metadata is kept in clear for filtering. Later pipelines replace the
+    serializer step's output with ciphertext bound to the record identity and
+    narrow the clear metadata to an allow-list.
+
+    Args:
+        serde: The LangGraph serializer (the saver's ``serde``).
+    """
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+
+    def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
+        type_, data = self.serde.dumps_typed(value)
+        return Sealed(type_, data)
+
+    def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
+        try:
+            return self.serde.loads_typed((sealed.type, sealed.data))
+        except Exception as exc:  # the serializer raises anything on bad bytes
+            raise CorruptRecordError(
+                f"cannot decode {identity.kind} record of thread {identity.thread!r} "
+                f"(checkpoint {identity.checkpoint_id or '-'}, key {identity.key or '-'}): {exc}"
+            ) from exc
+
+    def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        return json_safe_metadata(metadata)
+
+
+_check: type[RecordPipeline] = IdentityPipeline  # structural check for type checkers
