@@ -626,14 +626,18 @@ class PostgresOps:
                     "whose value is rebuilt from the checkpoints keep_latest would delete"
                 )
             # Keep each namespace's latest checkpoint, and for formats before 4
-            # its parent (whose writes hold the pending sends).
+            # its parent when that one's writes hold pending sends.
             yield Query(
                 f"WITH heads AS (SELECT DISTINCT ON (checkpoint_ns) checkpoint_ns, checkpoint_id, "
                 f"parent_checkpoint_id, v FROM {s}.checkpoints WHERE {mine} "
                 "ORDER BY checkpoint_ns, checkpoint_id DESC), "
                 "keep AS (SELECT checkpoint_ns, checkpoint_id FROM heads UNION "
-                "SELECT checkpoint_ns, parent_checkpoint_id FROM heads "
-                "WHERE v < 4 AND parent_checkpoint_id IS NOT NULL), "
+                "SELECT h.checkpoint_ns, h.parent_checkpoint_id FROM heads h "
+                "WHERE h.v < 4 AND h.parent_checkpoint_id IS NOT NULL AND EXISTS ("
+                f"SELECT 1 FROM {s}.writes w WHERE w.tenant_id = %(tenant)s "
+                "AND w.thread_id = %(thread)s AND w.epoch = %(epoch)s "
+                "AND w.checkpoint_ns = h.checkpoint_ns "
+                f"AND w.checkpoint_id = h.parent_checkpoint_id AND w.channel = '{TASKS}')), "
                 f"gone AS (DELETE FROM {s}.checkpoints c WHERE {mine} AND NOT EXISTS ("
                 "SELECT 1 FROM keep k WHERE k.checkpoint_ns = c.checkpoint_ns "
                 "AND k.checkpoint_id = c.checkpoint_id) RETURNING checkpoint_ns, checkpoint_id) "
