@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TextIO
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
+
+from langgraph_durable.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 __all__ = [
     "URL_ENV_VAR",
     "CommandError",
+    "connect",
     "mask_url",
     "one_line",
     "resolve_url",
@@ -22,6 +27,10 @@ __all__ = [
 
 #: Environment variable read when a command gets no ``--url``.
 URL_ENV_VAR = "LGD_POSTGRES_URL"
+
+#: Seconds to wait for a database connection before giving up with a clear message.
+CONNECT_TIMEOUT = 10
+
 
 class CommandError(Exception):
     """A command cannot go on; the message is printed as one line and the exit code is 2."""
@@ -85,3 +94,38 @@ def say(out: TextIO, text: str = "") -> None:
         text: The line, without its newline.
     """
     print(text, file=out, flush=True)
+
+
+@contextmanager
+def connect(url: str) -> Iterator[Any]:
+    """Open one short autocommit psycopg connection, translating failures into our errors.
+
+    Commands call it before opening a saver, so an unreachable database fails fast with
+    one clear message instead of a connection pool retrying in the background.
+
+    Args:
+        url: The PostgreSQL URL or ``key=value`` connection string.
+
+    Yields:
+        The open ``psycopg.Connection``, closed on exit.
+
+    Raises:
+        StorageUnavailableError: If the server cannot be reached or refuses the login.
+        ConfigurationError: If ``url`` is not a valid connection string.
+        StorageError: If a statement run on the connection fails.
+    """
+    import psycopg
+
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailableError(
+            f"cannot connect to {mask_url(url)}: {one_line(exc)}"
+        ) from exc
+    except psycopg.Error as exc:
+        raise ConfigurationError(f"invalid database URL {mask_url(url)}: {one_line(exc)}") from exc
+    try:
+        with conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise StorageError(one_line(exc)) from exc

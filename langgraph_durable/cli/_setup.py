@@ -8,12 +8,11 @@ from typing import Any, TextIO
 from langgraph_durable.cli._common import (
     URL_ENV_VAR,
     CommandError,
+    connect,
     mask_url,
-    one_line,
     resolve_url,
     say,
 )
-from langgraph_durable.errors import StorageUnavailableError
 
 __all__ = ["add_parser", "run_setup"]
 
@@ -60,18 +59,18 @@ def run_setup(args: argparse.Namespace, out: TextIO) -> int:
     url = resolve_url(args.url)
     if url is None:
         raise CommandError(f"setup needs a database: pass --url or set ${URL_ENV_VAR}")
-    kwargs = {}
-    if args.schema is not None:
-        kwargs["schema"] = args.schema
-
     from langgraph_durable.postgres import PostgresSaver
+    from langgraph_durable.postgres._sql import validate_schema_name
 
-    try:
-        with PostgresSaver.from_conn_string(url, **kwargs) as saver:
-            applied = list(saver.setup())
-    except StorageUnavailableError as exc:
-        raise CommandError(f"cannot connect to {mask_url(url)}: {one_line(exc)}") from exc
-    where = f"schema {args.schema!r}" if args.schema else "the default schema"
+    kwargs: dict[str, Any] = {}
+    if args.schema is not None:
+        kwargs["schema"] = validate_schema_name(args.schema)
+
+    with connect(url):  # fail fast, with the URL in the message, if it is unreachable
+        pass
+    with PostgresSaver.from_conn_string(url, **kwargs) as saver:
+        applied = list(saver.setup())
+        where = f"schema {saver.schema!r}"
     if applied:
         versions = ", ".join(str(v) for v in applied)
         say(out, f"Applied migrations {versions} to {where} at {mask_url(url)}.")

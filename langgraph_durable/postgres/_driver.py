@@ -72,18 +72,19 @@ class SyncConnector:
     Args:
         conn: A ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool`` or a URL
             (for which the connector opens and owns a pool of ``pool_size``).
-        prepare: Whether hot-path statements are prepared server side.
-        pool_size: Size of the pool opened for a URL.
+        options: The saver's ``PostgresOptions`` (prepared statements, pool size
+            and timeout for a pool opened from a URL).
     """
 
-    def __init__(self, conn: Any, *, prepare: bool, pool_size: int) -> None:
-        self.prepare = prepare
+    def __init__(self, conn: Any, options: Any) -> None:
+        self.prepare = options.prepare
         self.owns = False
         self._lock: threading.Lock | None = None
         if isinstance(conn, str):
             try:
                 conn = ConnectionPool(
-                    _check_url(conn), min_size=1, max_size=pool_size,
+                    _check_url(conn), min_size=1, max_size=options.pool_size,
+                    timeout=options.pool_timeout,
                     kwargs={"autocommit": True}, open=True, name="langgraph-durable",
                 )
             except Exception as exc:
@@ -195,14 +196,15 @@ def _drive(stepper: Stepper, execute: Any) -> Iterator[Any]:
 class AsyncConnector:
     """Hands out connections to the async driver (see :class:`SyncConnector`)."""
 
-    def __init__(self, conn: Any, *, prepare: bool, pool_size: int) -> None:
-        self.prepare = prepare
+    def __init__(self, conn: Any, options: Any) -> None:
+        self.prepare = options.prepare
         self.owns = False
         self._opened = True
         self._lock: asyncio.Lock | None = None
         if isinstance(conn, str):
             conn = AsyncConnectionPool(
-                _check_url(conn), min_size=1, max_size=pool_size,
+                _check_url(conn), min_size=1, max_size=options.pool_size,
+                timeout=options.pool_timeout,
                 kwargs={"autocommit": True}, open=False, name="langgraph-durable",
             )
             self.owns = True

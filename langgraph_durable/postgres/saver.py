@@ -49,6 +49,7 @@ class PostgresOptions:
             Turn off (``prepare_threshold=None``) behind PgBouncer in
             transaction mode.
         pool_size: Size of the pool the saver opens when given a URL.
+        pool_timeout: Seconds to wait for a connection from that pool.
     """
 
     schema: str = "langgraph_durable"
@@ -56,6 +57,7 @@ class PostgresOptions:
     partition_days: int = 7
     prepare: bool = True
     pool_size: int = 4
+    pool_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         validate_schema_name(self.schema)
@@ -69,6 +71,10 @@ class PostgresOptions:
             )
         if not isinstance(self.pool_size, int) or self.pool_size < 1:
             raise ConfigurationError(f"pool_size must be a positive integer, got {self.pool_size!r}")
+        if not isinstance(self.pool_timeout, (int, float)) or self.pool_timeout <= 0:
+            raise ConfigurationError(
+                f"pool_timeout must be a positive number of seconds, got {self.pool_timeout!r}"
+            )
 
 
 def _options(
@@ -77,6 +83,7 @@ def _options(
     partition_days: int,
     prepare_threshold: int | None,
     pool_size: int,
+    pool_timeout: float,
 ) -> PostgresOptions:
     if prepare_threshold is not None and (
         not isinstance(prepare_threshold, int) or prepare_threshold < 0
@@ -91,6 +98,7 @@ def _options(
         partition_days=partition_days,
         prepare=prepare_threshold is not None,
         pool_size=pool_size,
+        pool_timeout=pool_timeout,
     )
 
 
@@ -223,6 +231,7 @@ class PostgresSaver(_PostgresSaverBase):
         prepare_threshold: None to never use prepared statements (PgBouncer in
             transaction mode); otherwise hot-path statements are prepared.
         pool_size: Pool size when ``conn`` is a URL.
+        pool_timeout: Seconds to wait for a connection from that pool.
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:
@@ -241,10 +250,13 @@ class PostgresSaver(_PostgresSaverBase):
         partition_days: int = 7,
         prepare_threshold: int | None = 5,
         pool_size: int = 4,
+        pool_timeout: float = 30.0,
     ) -> None:
-        options = _options(schema, default_tenant, partition_days, prepare_threshold, pool_size)
+        options = _options(
+            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
+        )
         self._init_common(options, serde, tenant)
-        self._conn = _driver.SyncConnector(conn, prepare=options.prepare, pool_size=pool_size)
+        self._conn = _driver.SyncConnector(conn, options)
 
     @classmethod
     @contextmanager
@@ -327,10 +339,13 @@ class AsyncPostgresSaver(_PostgresSaverBase):
         partition_days: int = 7,
         prepare_threshold: int | None = 5,
         pool_size: int = 4,
+        pool_timeout: float = 30.0,
     ) -> None:
-        options = _options(schema, default_tenant, partition_days, prepare_threshold, pool_size)
+        options = _options(
+            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
+        )
         self._init_common(options, serde, tenant)
-        self._conn = _driver.AsyncConnector(conn, prepare=options.prepare, pool_size=pool_size)
+        self._conn = _driver.AsyncConnector(conn, options)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

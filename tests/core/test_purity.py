@@ -1,0 +1,48 @@
+"""The pure core must not import drivers or do I/O."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import langgraph_durable
+
+PKG = pathlib.Path(langgraph_durable.__file__).parent
+FORBIDDEN = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotocore", "socket"}
+PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [PKG / "postgres" / "_sql.py"]
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_pure_modules_exist() -> None:
+    assert len(PURE_MODULES) >= 5
+
+
+def test_pure_modules_import_no_driver() -> None:
+    offenders = {
+        str(p.relative_to(PKG)): sorted(_imports(p) & FORBIDDEN)
+        for p in PURE_MODULES
+        if _imports(p) & FORBIDDEN
+    }
+    assert offenders == {}
+
+
+def test_importing_the_package_imports_no_driver() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, langgraph_durable, langgraph_durable.errors; "
+        "print(sorted(m for m in ('psycopg', 'redis', 'boto3') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,272 @@
+"""PostgresSaver / AsyncPostgresSaver behaviour on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg_pool import ConnectionPool
+
+from langgraph_durable._core.versions import next_version
+from langgraph_durable.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    SchemaError,
+    StorageUnavailableError,
+    UnsupportedOperationError,
+)
+from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
+
+
+def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **extra}
+    if checkpoint_id:
+        c["checkpoint_id"] = checkpoint_id
+    return {"configurable": c}
+
+
+def make_cp(**values: Any) -> dict[str, Any]:
+    cp = dict(empty_checkpoint())
+    cp["channel_values"] = values
+    return cp
+
+
+def put_chain(saver: PostgresSaver, thread: str, n: int, **extra: Any) -> list[dict[str, Any]]:
+    configs, parent = [], None
+    for i in range(n):
+        cp = make_cp(step=i, payload={"i": i})
+        cp["channel_versions"] = {"step": next_version(None), "payload": f"{i + 1:032}.0"}
+        parent = saver.put(
+            cfg(thread, checkpoint_id=parent, **extra), cp, {"step": i, "source": "loop"},
+            {"step": cp["channel_versions"]["step"], "payload": cp["channel_versions"]["payload"]},
+        )["configurable"]["checkpoint_id"]
+        configs.append(cfg(thread, checkpoint_id=parent, **extra))
+    return configs
+
+
+@pytest.fixture
+def saver(pg_url: str, pg_schema: str) -> Iterator[PostgresSaver]:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        assert s.setup() == [1, 2]
+        yield s
+
+
+def test_setup_is_idempotent_and_refuses_a_newer_schema(saver: PostgresSaver, pg_url: str) -> None:
+    assert saver.setup() == []
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{saver.schema}".schema_migrations (version) VALUES (99)')
+    with pytest.raises(SchemaError, match="newer"):
+        saver.setup()
+
+
+def test_plain_pool_and_plain_connection_work_as_given(pg_url: str, pg_schema: str) -> None:
+    with ConnectionPool(pg_url, min_size=1, max_size=2) as pool:
+        s = PostgresSaver(pool, schema=pg_schema)
+        s.setup()
+        put_chain(s, "t", 3)
+        assert len(list(s.list(cfg("t")))) == 3
+        with pool.connection() as conn:
+            assert conn.autocommit is False  # the caller's setting is restored
+    with psycopg.connect(pg_url) as conn:  # not autocommit, default row factory
+        s = PostgresSaver(conn, schema=pg_schema)
+        assert s.get_tuple(cfg("t")).checkpoint["channel_values"]["step"] == 2  # type: ignore[union-attr]
+        assert conn.autocommit is False
+
+
+def test_tenants_never_mix(saver: PostgresSaver) -> None:
+    put_chain(saver, "same", 2, tenant_id="a")
+    put_chain(saver, "same", 3, tenant_id="b")
+    assert len(list(saver.list(cfg("same", tenant_id="a")))) == 2
+    assert len(list(saver.list(cfg("same", tenant_id="b")))) == 3
+    assert saver.get_tuple(cfg("same")) is None  # default tenant has nothing
+    tup = saver.get_tuple(cfg("same", tenant_id="a"))
+    assert tup is not None and tup.config["configurable"]["tenant_id"] == "a"
+    saver.delete_thread("same", tenant_id="a")
+    assert saver.get_tuple(cfg("same", tenant_id="a")) is None
+    assert len(list(saver.list(cfg("same", tenant_id="b")))) == 3
+
+
+def test_fixed_and_callable_tenants(pg_url: str, pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, tenant="fixed") as fixed:
+        fixed.setup()
+        put_chain(fixed, "t", 1)
+    with PostgresSaver.from_conn_string(
+        pg_url, schema=pg_schema, tenant=lambda c: (c or {}).get("configurable", {}).get("org")
+    ) as by_org:
+        assert by_org.get_tuple(cfg("t")) is None
+        put_chain(by_org, "t", 2, org="fixed")
+        assert len(list(by_org.list(cfg("t", org="fixed")))) == 3
+
+
+def test_list_pages_filters_and_limits(saver: PostgresSaver) -> None:
+    configs = put_chain(saver, "long", 230)
+    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("long"))]
+    assert listed == ids[::-1]
+    assert len(list(saver.list(cfg("long"), limit=150))) == 150
+    before = [t.checkpoint["id"] for t in saver.list(cfg("long"), before=configs[10], limit=3)]
+    assert before == ids[9:6:-1]
+    assert [t.metadata["step"] for t in saver.list(cfg("long"), filter={"step": 7})] == [7]
+    assert list(saver.list(None, filter={"step": 7, "source": "loop"}))[0].checkpoint["id"] == ids[7]
+    # a streaming listing can be abandoned, and the saver still works
+    it = saver.list(cfg("long"))
+    next(it)
+    it.close()
+    assert saver.get_tuple(cfg("long")) is not None
+
+
+def test_metadata_filter_cannot_change_the_sql(saver: PostgresSaver, pg_url: str) -> None:
+    put_chain(saver, "t", 2)
+    evil = {"step') OR ('1'='1": 1, "x": "'; DROP TABLE checkpoints; --"}
+    assert list(saver.list(None, filter=evil)) == []
+    assert len(list(saver.list(cfg("t")))) == 2
+
+
+def test_unchanged_blob_survives_keep_latest(saver: PostgresSaver) -> None:
+    big_version = next_version(None)
+    parent = None
+    for i in range(4):
+        cp = make_cp(big=["kept"] * 10, counter=[i])
+        cp["channel_versions"] = {"big": big_version, "counter": f"{i + 1:032}.0"}
+        new = {"counter": cp["channel_versions"]["counter"]}
+        if i == 0:
+            new["big"] = big_version  # written once, referenced by every later checkpoint
+        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"]["checkpoint_id"]
+    saver.prune(["t"], strategy="keep_latest")
+    (only,) = list(saver.list(cfg("t")))
+    assert only.checkpoint["channel_values"] == {"big": ["kept"] * 10, "counter": [3]}
+
+
+def test_prune_refuses_delta_channel_threads(saver: PostgresSaver) -> None:
+    cp = make_cp()
+    saver.put(cfg("d"), cp, {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
+    with pytest.raises(UnsupportedOperationError, match="DeltaChannel"):
+        saver.prune(["d"])
+    assert saver.get_tuple(cfg("d")) is not None
+    with pytest.raises(InvalidInputError, match="strategy"):
+        saver.prune(["d"], strategy="everything")
+
+
+def test_bad_input_gets_our_errors_and_loses_nothing(saver: PostgresSaver) -> None:
+    configs = put_chain(saver, "t", 2)
+    with pytest.raises(InvalidInputError, match="thread_id"):
+        saver.put({"configurable": {}}, make_cp(), {}, {})
+    with pytest.raises(InvalidInputError, match="checkpoint_id"):
+        saver.put_writes(cfg("t"), [("a", 1)], "task")
+    with pytest.raises(InvalidInputError):
+        saver.put(cfg("t\x00x"), make_cp(), {}, {})
+    with pytest.raises(InvalidInputError):
+        list(saver.list(cfg("t"), limit=-1))
+    assert [t.checkpoint["id"] for t in saver.list(cfg("t"))] == [
+        c["configurable"]["checkpoint_id"] for c in configs[::-1]
+    ]
+
+
+def test_missing_setup_and_unreachable_database() -> None:
+    with pytest.raises(StorageUnavailableError):
+        with PostgresSaver.from_conn_string(
+            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1", pool_size=1,
+            pool_timeout=2.0,
+        ) as s:
+            s.get_tuple(cfg("t"))
+    with pytest.raises(ConfigurationError):
+        PostgresSaver(object())
+    with pytest.raises(ConfigurationError):
+        PostgresSaver("postgresql://x", schema="bad-name")
+
+
+def test_use_before_setup_is_a_schema_error(pg_url: str, pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        with pytest.raises(SchemaError, match="setup"):
+            s.get_tuple(cfg("t"))
+
+
+def test_a_new_time_bucket_gets_its_partition_on_first_write(saver: PostgresSaver, pg_url: str) -> None:
+    put_chain(saver, "old", 1)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Narrow the bucket: "now" falls into an epoch that has no partition yet.
+        conn.execute(f"UPDATE \"{saver.schema}\".settings SET value = '1' WHERE key = 'partition_days'")
+        before = conn.execute(
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r'", (saver.schema,)
+        ).fetchone()[0]
+    put_chain(saver, "new", 2)
+    assert len(list(saver.list(cfg("new")))) == 2
+    assert len(list(saver.list(cfg("old")))) == 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        after = conn.execute(
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r'", (saver.schema,)
+        ).fetchone()[0]
+    assert after == before + 3
+
+
+def test_without_prepared_statements(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        s = PostgresSaver(conn, schema=pg_schema, prepare_threshold=None)
+        s.setup()
+        put_chain(s, "t", 8)
+        for _ in range(8):
+            s.get_tuple(cfg("t"))
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        s = PostgresSaver(conn, schema=pg_schema)
+        s.get_tuple(cfg("t"))
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] >= 1
+
+
+def test_delete_for_runs_and_copy_thread_with_writes(saver: PostgresSaver) -> None:
+    configs = put_chain(saver, "src", 2, run_id="r1")
+    saver.put_writes(configs[-1], [("a", {"v": 1})], "task-1", "path")
+    saver.copy_thread("src", "dst")
+    dst = saver.get_tuple(cfg("dst"))
+    assert dst is not None and dst.pending_writes == [("task-1", "a", {"v": 1})]
+    assert dst.checkpoint["channel_values"]["payload"] == {"i": 1}
+    saver.delete_for_runs(["r1"])
+    assert list(saver.list(cfg("src"))) == []
+    assert list(saver.list(cfg("dst"))) == []
+
+
+async def test_async_saver_round_trip_and_sync_bridge(pg_url: str, pg_schema: str) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        assert await s.setup() == [1, 2]
+        cp = make_cp(messages=["hi"])
+        cp["channel_versions"] = {"messages": next_version(None)}
+        stored = await s.aput(cfg("t"), cp, {"source": "input"}, cp["channel_versions"])
+        await s.aput_writes(stored, [("messages", ["there"])], "task")
+        tup = await s.aget_tuple(cfg("t"))
+        assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
+        assert tup.pending_writes == [("task", "messages", ["there"])]
+        # the sync methods work from another thread, and refuse the loop's own thread
+        other = await asyncio.to_thread(s.get_tuple, cfg("t"))
+        assert other is not None and other.checkpoint["id"] == cp["id"]
+        with pytest.raises(InvalidInputError, match="event loop"):
+            s.get_tuple(cfg("t"))
+        assert [t.checkpoint["id"] async for t in s.alist(None, limit=1)] == [cp["id"]]
+
+
+def test_concurrent_writers_on_one_thread(saver: PostgresSaver) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(20):
+                cp = make_cp(x=[n, i])
+                saver.put(cfg("shared", ns=f"ns{n}"), cp, {}, {})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(list(saver.list(cfg("shared") | {"configurable": {"thread_id": "shared"}}))) == 80
