@@ -66,6 +66,18 @@ def _check_url(url: str) -> str:
     return url
 
 
+def _classify(conn: Any, pool_type: type, conn_type: type, saver: str) -> tuple[Any, Any]:
+    """(pool, None) or (None, connection) for what a saver was given."""
+    if isinstance(conn, pool_type):
+        return conn, None
+    if isinstance(conn, conn_type):
+        return None, conn
+    raise ConfigurationError(
+        f"{saver} needs a psycopg {conn_type.__name__}, a psycopg_pool "
+        f"{pool_type.__name__} or a URL string, got {type(conn).__name__}"
+    )
+
+
 class SyncConnector:
     """Hands out connections to the sync driver.
 
@@ -90,17 +102,9 @@ class SyncConnector:
             except Exception as exc:
                 raise translate(exc) from exc
             self.owns = True
-        if isinstance(conn, ConnectionPool):
-            self.pool: ConnectionPool | None = conn
-            self.conn: Connection[Any] | None = None
-        elif isinstance(conn, Connection):
-            self.pool, self.conn = None, conn
+        self.pool, self.conn = _classify(conn, ConnectionPool, Connection, "PostgresSaver")
+        if self.conn is not None:
             self._lock = threading.Lock()
-        else:
-            raise ConfigurationError(
-                "PostgresSaver needs a psycopg.Connection, a psycopg_pool.ConnectionPool "
-                f"or a URL string, got {type(conn).__name__}"
-            )
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -209,18 +213,11 @@ class AsyncConnector:
             )
             self.owns = True
             self._opened = False
-        if isinstance(conn, AsyncConnectionPool):
-            self.pool: AsyncConnectionPool | None = conn
-            self.conn: AsyncConnection[Any] | None = None
-        elif isinstance(conn, AsyncConnection):
-            self.pool, self.conn = None, conn
+        self.pool, self.conn = _classify(
+            conn, AsyncConnectionPool, AsyncConnection, "AsyncPostgresSaver"
+        )
+        if self.conn is not None:
             self._lock = asyncio.Lock()
-        else:
-            raise ConfigurationError(
-                "AsyncPostgresSaver needs a psycopg.AsyncConnection, a "
-                "psycopg_pool.AsyncConnectionPool or a URL string, got "
-                f"{type(conn).__name__}"
-            )
 
     async def open(self) -> None:
         if not self._opened and self.pool is not None:

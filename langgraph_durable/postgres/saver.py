@@ -107,15 +107,25 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
 
     options: PostgresOptions
     _ops: PostgresOps
+    _connector: Any
 
-    def _init_common(
+    def __init__(
         self,
-        options: PostgresOptions,
-        serde: SerializerProtocol | None,
-        tenant: str | TenantResolver | None,
+        conn: Any,
+        *,
+        schema: str = "langgraph_durable",
+        serde: SerializerProtocol | None = None,
+        tenant: str | TenantResolver | None = None,
+        default_tenant: str = "default",
+        partition_days: int = 7,
+        prepare_threshold: int | None = 5,
+        pool_size: int = 4,
+        pool_timeout: float = 30.0,
     ) -> None:
-        BaseCheckpointSaver.__init__(self, serde=serde)
-        self.options = options
+        super().__init__(serde=serde)
+        self.options = _options(
+            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
+        )
         if tenant is None:
             self._tenant: TenantResolver = tenant_from_config
         elif isinstance(tenant, str):
@@ -128,6 +138,7 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
                 f"tenant must be None, a string or a callable(config) -> str, got {tenant!r}"
             )
         self._build_ops()
+        self._conn = self._connector(conn, self.options)
 
     def _build_ops(self) -> None:
         self.pipeline = IdentityPipeline(self.serde)
@@ -239,24 +250,7 @@ class PostgresSaver(_PostgresSaverBase):
         ...     graph = builder.compile(checkpointer=saver)
     """
 
-    def __init__(
-        self,
-        conn: Any,
-        *,
-        schema: str = "langgraph_durable",
-        serde: SerializerProtocol | None = None,
-        tenant: str | TenantResolver | None = None,
-        default_tenant: str = "default",
-        partition_days: int = 7,
-        prepare_threshold: int | None = 5,
-        pool_size: int = 4,
-        pool_timeout: float = 30.0,
-    ) -> None:
-        options = _options(
-            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
-        )
-        self._init_common(options, serde, tenant)
-        self._conn = _driver.SyncConnector(conn, options)
+    _connector = _driver.SyncConnector
 
     @classmethod
     @contextmanager
@@ -328,28 +322,8 @@ class AsyncPostgresSaver(_PostgresSaverBase):
     loop's own thread.
     """
 
-    def __init__(
-        self,
-        conn: Any,
-        *,
-        schema: str = "langgraph_durable",
-        serde: SerializerProtocol | None = None,
-        tenant: str | TenantResolver | None = None,
-        default_tenant: str = "default",
-        partition_days: int = 7,
-        prepare_threshold: int | None = 5,
-        pool_size: int = 4,
-        pool_timeout: float = 30.0,
-    ) -> None:
-        options = _options(
-            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
-        )
-        self._init_common(options, serde, tenant)
-        self._conn = _driver.AsyncConnector(conn, options)
-        try:
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+    _connector = _driver.AsyncConnector
+    loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     @asynccontextmanager
