@@ -331,6 +331,7 @@ class AsyncPostgresSaver(_PostgresSaverBase):
                                ) -> AsyncIterator[AsyncPostgresSaver]:
         """A saver on its own pool for ``conn_string``, closed on exit."""
         saver = cls(conn_string, **kwargs)
+        saver._bind_loop()
         try:
             await saver._conn.open()
             yield saver
