@@ -165,12 +165,11 @@ def iterate(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
 
 def _execute(connector: SyncConnector, op: Operation[Any], stepper: Stepper) -> Iterator[Any]:
     if op.transaction:
-        with connector.connection() as conn:
-            try:
-                with conn.transaction():
-                    yield from _drive(stepper, lambda q: connector.execute(conn, q))
-            except psycopg.Error as exc:
-                raise translate(exc) from exc
+        try:
+            with connector.connection() as conn, conn.transaction():
+                yield from _drive(stepper, lambda q: connector.execute(conn, q))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
     else:
         def execute(q: Query) -> Any:
             with connector.connection() as conn:
@@ -283,13 +282,12 @@ async def _aexecute(
     connector: AsyncConnector, op: Operation[Any], stepper: Stepper
 ) -> AsyncIterator[Any]:
     if op.transaction:
-        async with connector.connection() as conn:
-            try:
-                async with conn.transaction():
-                    async for item in _adrive(stepper, lambda q: connector.execute(conn, q)):
-                        yield item
-            except psycopg.Error as exc:
-                raise translate(exc) from exc
+        try:
+            async with connector.connection() as conn, conn.transaction():
+                async for item in _adrive(stepper, lambda q: connector.execute(conn, q)):
+                    yield item
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
     else:
         async def execute(q: Query) -> Any:
             async with connector.connection() as conn:

@@ -174,6 +174,12 @@ def test_missing_setup_and_unreachable_database() -> None:
             pool_timeout=2.0,
         ) as s:
             s.get_tuple(cfg("t"))
+    with pytest.raises(StorageUnavailableError):  # a transactional operation too
+        with PostgresSaver.from_conn_string(
+            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1", pool_size=1,
+            pool_timeout=2.0,
+        ) as s:
+            s.setup()
     with pytest.raises(ConfigurationError):
         PostgresSaver(object())
     with pytest.raises(ConfigurationError):
