@@ -48,6 +48,8 @@ __all__ = ["Query", "PostgresOps", "MIGRATIONS", "validate_schema_name"]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LIST_PAGE_SIZE = 100
+# How stale a thread's updated_at may get while it is being written.
+TOUCH_INTERVAL = "30 seconds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,20 @@ BEGIN
 END
 $fn$;
 """,
+    # 3: compress large payloads with lz4 where the server has it (far less CPU than pglz)
+    """
+DO $fn$
+BEGIN
+    IF 'lz4' = ANY((SELECT enumvals FROM pg_settings
+                    WHERE name = 'default_toast_compression')::text[]) THEN
+        EXECUTE format('ALTER TABLE %I.checkpoints ALTER COLUMN checkpoint SET COMPRESSION lz4, '
+                       'ALTER COLUMN metadata SET COMPRESSION lz4', {lit});
+        EXECUTE format('ALTER TABLE %I.blobs ALTER COLUMN blob SET COMPRESSION lz4', {lit});
+        EXECUTE format('ALTER TABLE %I.writes ALTER COLUMN blob SET COMPRESSION lz4', {lit});
+    END IF;
+END
+$fn$;
+""",
 ]
 
 _W_ARRAYS = (
@@ -195,26 +211,36 @@ class PostgresOps:
             f"(SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s)"
         )
         self._thread_epoch = thread_epoch
-        upsert_thread = (
-            f"INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch) "
-            f"VALUES (%(tenant)s, %(thread)s, {s}.current_epoch()) "
+        # The thread's registry row: read it, create it on the first write, and
+        # refresh updated_at at most every TOUCH_INTERVAL so a busy thread does
+        # not rewrite its registry row on every step.
+        thread_cte = (
+            f"cur AS (SELECT epoch, updated_at FROM {s}.threads "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s), "
+            f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch) "
+            f"SELECT %(tenant)s, %(thread)s, {s}.current_epoch() "
+            "WHERE NOT EXISTS (SELECT 1 FROM cur) "
             "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now() "
-            "RETURNING t.epoch"
+            "RETURNING t.epoch), "
+            f"touch AS (UPDATE {s}.threads SET updated_at = now() "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s AND EXISTS ("
+            f"SELECT 1 FROM cur WHERE cur.updated_at < now() - interval '{TOUCH_INTERVAL}')), "
+            "t AS (SELECT epoch FROM cur UNION ALL SELECT epoch FROM ins LIMIT 1)"
         )
         self.PUT_SQL = (
-            f"WITH t AS ({upsert_thread}), "
+            f"WITH {thread_cte}, "
             f"b AS (INSERT INTO {s}.blobs "
             "(tenant_id, thread_id, checkpoint_ns, channel, version, epoch, type, blob) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, u.blob "
             "FROM t CROSS JOIN unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
-            "%(b_types)s::text[], %(b_blobs)s::bytea[]) AS u(channel, version, type, blob) "
+            "%(b_types)s::text[], %(b_blobs)b::bytea[]) AS u(channel, version, type, blob) "
             "ON CONFLICT DO NOTHING) "
             f"INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
             "epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
             "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, t.epoch, %(parent)s, "
             "%(v)s, %(run_id)s, %(r_channels)s::text[], %(r_versions)s::text[], "
-            "%(metadata_index)s::jsonb, %(c_type)s, %(c_data)s, %(m_type)s, %(m_data)s FROM t "
+            "%(metadata_index)s::jsonb, %(c_type)s, %(c_data)b, %(m_type)s, %(m_data)b FROM t "
             "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch) DO UPDATE SET "
             "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, v = EXCLUDED.v, "
             "run_id = EXCLUDED.run_id, blob_channels = EXCLUDED.blob_channels, "
@@ -223,13 +249,13 @@ class PostgresOps:
             "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata"
         )
         writes_head = (
-            f"WITH t AS ({upsert_thread}) "
+            f"WITH {thread_cte} "
             f"INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
             "task_id, idx, epoch, task_path, channel, type, blob) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, "
             "t.epoch, %(task_path)s, u.channel, u.type, u.blob "
             "FROM t CROSS JOIN unnest(%(idxs)s::integer[], %(channels)s::text[], "
-            "%(types)s::text[], %(blobs)s::bytea[]) AS u(idx, channel, type, blob) "
+            "%(types)s::text[], %(blobs)b::bytea[]) AS u(idx, channel, type, blob) "
             "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch) "
         )
         self.INSERT_WRITES_SQL = writes_head + "DO NOTHING"

@@ -21,6 +21,9 @@ from langgraph_durable.errors import (
     UnsupportedOperationError,
 )
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
+from langgraph_durable.postgres._sql import MIGRATIONS
+
+ALL_MIGRATIONS = list(range(1, len(MIGRATIONS) + 1))
 
 
 def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -52,7 +55,7 @@ def put_chain(saver: PostgresSaver, thread: str, n: int, **extra: Any) -> list[d
 @pytest.fixture
 def saver(pg_url: str, pg_schema: str) -> Iterator[PostgresSaver]:
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
-        assert s.setup() == [1, 2]
+        assert s.setup() == ALL_MIGRATIONS
         yield s
 
 
@@ -139,6 +142,7 @@ def test_unchanged_blob_survives_keep_latest(saver: PostgresSaver) -> None:
         parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"]["checkpoint_id"]
     saver.prune(["t"], strategy="keep_latest")
     (only,) = list(saver.list(cfg("t")))
+    assert only.metadata == {}
     assert only.checkpoint["channel_values"] == {"big": ["kept"] * 10, "counter": [3]}
 
 
@@ -242,7 +246,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: PostgresSaver) -> No
 
 async def test_async_saver_round_trip_and_sync_bridge(pg_url: str, pg_schema: str) -> None:
     async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
-        assert await s.setup() == [1, 2]
+        assert await s.setup() == ALL_MIGRATIONS
         cp = make_cp(messages=["hi"])
         cp["channel_versions"] = {"messages": next_version(None)}
         stored = await s.aput(cfg("t"), cp, {"source": "input"}, cp["channel_versions"])
@@ -276,3 +280,20 @@ def test_concurrent_writers_on_one_thread(saver: PostgresSaver) -> None:
         t.join()
     assert errors == []
     assert len(list(saver.list(cfg("shared") | {"configurable": {"thread_id": "shared"}}))) == 80
+
+
+def test_partitions_compress_payloads_with_lz4_when_available(saver: PostgresSaver, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        lz4 = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()[0]
+        methods = {
+            r[0]
+            for r in conn.execute(
+                "SELECT a.attcompression FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                "AND c.relname LIKE 'blobs_e%%' AND a.attname = 'blob'",
+                (saver.schema,),
+            )
+        }
+    assert methods == ({"l"} if lz4 else {""})

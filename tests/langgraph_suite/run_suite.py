@@ -1,0 +1,544 @@
+#!/usr/bin/env python
+"""Run LangGraph's own test suite against our checkpoint savers.
+
+The ``langgraph`` sdist on PyPI ships the full ``tests/`` directory of its release. This
+script:
+
+1. reads the installed ``langgraph`` version and downloads that version's sdist with
+   ``pip download`` (cached under ``.lgd/langgraph-suite/`` in the repository root, which
+   git ignores);
+2. copies the sdist's ``tests/`` and ``pyproject.toml`` into a fresh work directory, so
+   that the *installed* ``langgraph`` is the one under test;
+3. copies ``conftest_durable.py`` (next to this file) into that ``tests/`` package and
+   patches the suite's ``tests/conftest.py`` so that its ``sync_checkpointer`` and
+   ``async_checkpointer`` fixtures also take our saver names and dispatch them to
+   ``conftest_durable``;
+4. runs pytest there with ``NO_DOCKER=true``, ``-k`` selecting the chosen savers, on the
+   test files that use those fixtures, and exits with pytest's code (except that "no
+   tests collected" is a failure).
+
+Usage (from the repository root, with the project's virtualenv)::
+
+    python tests/langgraph_suite/run_suite.py                      # both our PG savers
+    python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync saver only
+    python tests/langgraph_suite/run_suite.py --saver upstream     # stock savers (baseline)
+    python tests/langgraph_suite/run_suite.py --files test_pregel.py --extra-k interrupt
+    python tests/langgraph_suite/run_suite.py -- -x --lf           # after "--": to pytest
+
+PostgreSQL: ``LGD_POSTGRES_URL`` if set; else ``postgresql://postgres@127.0.0.1:5432/test``
+if that server answers; else the test rig's helper in ``tests/servers.py``.
+
+Test dependencies (besides pytest): pytest-mock, syrupy, pycryptodome, redis,
+langgraph-checkpoint-sqlite, langgraph-checkpoint-postgres; pytest-xdist and
+pytest-timeout are used when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
+DEFAULT_CACHE = REPO_ROOT / ".lgd" / "langgraph-suite"
+DEFAULT_LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
+URL_ENV = "LGD_POSTGRES_URL"
+
+# The suite's fixtures that take a checkpointer; a test file is run when it uses one.
+FIXTURES = ("sync_checkpointer", "async_checkpointer")
+ALIASES = {
+    "durable": ("durable_pg", "durable_pg_async"),
+    "upstream": ("upstream_pg", "upstream_pg_async"),
+}
+REQUIRED_MODULES = {
+    "pytest_mock": "pytest-mock",
+    "syrupy": "syrupy",
+    "Crypto": "pycryptodome",
+    "redis": "redis",
+    "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite",
+    "langgraph.checkpoint.postgres": "langgraph-checkpoint-postgres",
+    "anyio": "anyio",
+    "psycopg": "psycopg",
+}
+
+
+class SuiteError(RuntimeError):
+    """The harness could not be prepared (not a test failure)."""
+
+
+def log(msg: str) -> None:
+    print(f"[langgraph-suite] {msg}", file=sys.stderr, flush=True)
+
+
+def load_factories() -> ModuleType:
+    """conftest_durable.py, loaded by path (it imports nothing heavy at module level)."""
+    spec = importlib.util.spec_from_file_location(
+        "_lgd_conftest_durable", HERE / "conftest_durable.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the sdist ------------------------------------------------------------------
+
+
+def fetch_sdist(version: str, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
+    for existing in sorted(cache.glob(f"langgraph-{version}.tar.gz")):
+        return existing
+    log(f"downloading the langgraph {version} sdist")
+    with tempfile.TemporaryDirectory(dir=cache, prefix="download-") as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"langgraph=={version}",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SuiteError(f"pip download failed:\n{proc.stdout}\n{proc.stderr}")
+        found = [p for p in Path(tmp).iterdir() if p.name.endswith(".tar.gz")]
+        if len(found) != 1:
+            raise SuiteError(f"expected one .tar.gz from pip download, got {found}")
+        target = cache / f"langgraph-{version}.tar.gz"
+        os.replace(found[0], target)
+    return target
+
+
+def unpack(sdist: Path, workdir: Path) -> None:
+    """Copy the sdist's tests/ and pyproject.toml (not the package source) to workdir."""
+    with tarfile.open(sdist) as tar:
+        members = []
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if len(parts) < 2:
+                continue
+            rel = parts[1:]
+            if rel == ("pyproject.toml",) or rel[0] == "tests":
+                if not (member.isfile() or member.isdir()):
+                    continue
+                if any(p in ("..", "") for p in rel) or Path(member.name).is_absolute():
+                    raise SuiteError(f"unsafe path in sdist: {member.name}")
+                member.name = str(Path(*rel))
+                members.append(member)
+        if not any(m.name == "pyproject.toml" for m in members):
+            raise SuiteError(f"{sdist.name} has no pyproject.toml")
+        if not any(m.name == os.path.join("tests", "conftest.py") for m in members):
+            raise SuiteError(f"{sdist.name} has no tests/conftest.py")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(workdir, members=members, filter="data")
+        else:  # pragma: no cover - Python < 3.10.12
+            tar.extractall(workdir, members=members)
+
+
+# --- the patch ------------------------------------------------------------------
+
+IMPORT_LINE = (
+    "from tests.conftest_durable import (\n"
+    "    ASYNC_NAMES as _LGD_ASYNC_NAMES,\n"
+    "    SYNC_NAMES as _LGD_SYNC_NAMES,\n"
+    "    async_checkpointer_for as _lgd_async_checkpointer_for,\n"
+    "    sync_checkpointer_for as _lgd_sync_checkpointer_for,\n"
+    ")\n"
+)
+DISPATCH = {
+    "sync_checkpointer": (
+        "if request.param in _LGD_SYNC_NAMES:\n"
+        "    with _lgd_sync_checkpointer_for(request.param) as checkpointer:\n"
+        "        yield checkpointer\n"
+        "    return\n"
+    ),
+    "async_checkpointer": (
+        "if request.param in _LGD_ASYNC_NAMES:\n"
+        "    async with _lgd_async_checkpointer_for(request.param) as checkpointer:\n"
+        "        yield checkpointer\n"
+        "    return\n"
+    ),
+}
+NAMES_VAR = {"sync_checkpointer": "_LGD_SYNC_NAMES", "async_checkpointer": "_LGD_ASYNC_NAMES"}
+
+
+def _offset(lines: list[str], lineno: int, col: int) -> int:
+    """Character offset of an AST (1-based line, 0-based UTF-8 byte column) position."""
+    line = lines[lineno - 1]
+    return sum(len(x) for x in lines[: lineno - 1]) + len(
+        line.encode("utf-8")[:col].decode("utf-8")
+    )
+
+
+def patch_conftest(path: Path) -> None:
+    """Add our names to the checkpointer fixtures' params and dispatch them to our module.
+
+    Works on the syntax tree, so formatting changes upstream do not matter; anything
+    structural it does not find (a fixture, its ``params=``, the ``request`` argument)
+    is an error, never a silent no-op.
+    """
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement), by char offset
+
+    functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    for fixture, dispatch in DISPATCH.items():
+        func = functions.get(fixture)
+        if func is None:
+            raise SuiteError(f"{path.name}: fixture {fixture!r} not found")
+        want_async = fixture == "async_checkpointer"
+        if isinstance(func, ast.AsyncFunctionDef) != want_async:
+            raise SuiteError(f"{path.name}: {fixture!r} is not {'async ' * want_async}def")
+        if "request" not in [a.arg for a in func.args.args]:
+            raise SuiteError(f"{path.name}: {fixture!r} takes no 'request' argument")
+        params = [
+            kw.value
+            for deco in func.decorator_list
+            if isinstance(deco, ast.Call)
+            for kw in deco.keywords
+            if kw.arg == "params"
+        ]
+        if len(params) != 1:
+            raise SuiteError(f"{path.name}: {fixture!r} has no single 'params=' argument")
+        value = params[0]
+        assert value.end_lineno is not None and value.end_col_offset is not None
+        start = _offset(lines, value.lineno, value.col_offset)
+        end = _offset(lines, value.end_lineno, value.end_col_offset)
+        edits.append((start, end, f"[*({source[start:end]}), *{NAMES_VAR[fixture]}]"))
+
+        first = func.body[0]
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+            and len(func.body) > 1
+        ):
+            first = func.body[1]  # keep a docstring first
+        indent = " " * first.col_offset
+        at = _offset(lines, first.lineno, 0)
+        body = "".join(indent + line for line in dispatch.splitlines(keepends=True))
+        edits.append((at, at, body))
+
+    # Our import goes right after the module's last top-level import.
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not imports:
+        raise SuiteError(f"{path.name}: no top-level import found")
+    last = imports[-1]
+    assert last.end_lineno is not None
+    at = _offset(lines, last.end_lineno + 1, 0) if last.end_lineno < len(lines) else len(source)
+    edits.append((at, at, IMPORT_LINE))
+
+    for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
+        source = source[:start] + text + source[end:]
+    compile(source, str(path), "exec")  # fail here, not at collection time
+    path.write_text(source, encoding="utf-8")
+
+
+def tweak_pyproject(path: Path) -> None:
+    """Drop --full-trace from the suite's addopts: it forces pages-long tracebacks and
+    makes --tb ineffective. Everything else (--strict-markers, --strict-config...) stays."""
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("--full-trace ", "").replace(" --full-trace", ""), "utf-8")
+
+
+def prepare(version: str, cache: Path, workdir: Path) -> None:
+    sdist = fetch_sdist(version, cache)
+    unpack(sdist, workdir)
+    shutil.copyfile(HERE / "conftest_durable.py", workdir / "tests" / "conftest_durable.py")
+    patch_conftest(workdir / "tests" / "conftest.py")
+    tweak_pyproject(workdir / "pyproject.toml")
+
+
+def discover_files(tests_dir: Path) -> list[str]:
+    found = []
+    for path in sorted(tests_dir.glob("test_*.py")):
+        text = path.read_text(encoding="utf-8")
+        if any(name in text for name in FIXTURES):
+            found.append(path.name)
+    return found
+
+
+# --- PostgreSQL -----------------------------------------------------------------
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _usable(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _ensure_database(url: str) -> None:
+    """Create the URL's database if the server answers but the database is missing."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    if _usable(url):
+        return
+    dbname = conninfo_to_dict(url).get("dbname")
+    if not dbname:
+        raise SuiteError(f"cannot connect to {url}")
+    admin = make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(dbname))))
+    if not _usable(url):
+        raise SuiteError(f"cannot connect to {url}")
+
+
+@contextlib.contextmanager
+def postgres_url() -> Iterator[str]:
+    """The server the savers use, for the duration of the run.
+
+    ``LGD_POSTGRES_URL`` if set; otherwise the test rig (``tests/servers.py``), which
+    probes the local port and else starts a throwaway server (stopped afterwards);
+    without the rig, ``postgresql://postgres@127.0.0.1:5432/test`` if it answers.
+    """
+    url = os.environ.get(URL_ENV, "").strip()
+    if url:
+        yield url
+        return
+    rig = _load_rig()
+    if rig is not None:
+        services = rig.Services()
+        try:
+            endpoint = services.postgres()
+            if endpoint.kind == "local":
+                _ensure_database(endpoint.url)
+            yield endpoint.url
+        finally:
+            services.close()
+        return
+    if _port_open("127.0.0.1", 5432):
+        _ensure_database(DEFAULT_LOCAL_URL)
+        yield DEFAULT_LOCAL_URL
+        return
+    raise SuiteError(f"no PostgreSQL: set {URL_ENV} or start one on 127.0.0.1:5432")
+
+
+def _load_rig() -> ModuleType | None:
+    """The test rig's ``tests.servers`` module of this checkout, if it has one."""
+    if not (REPO_ROOT / "tests" / "servers.py").exists():
+        return None
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    import tests.servers as servers  # imported only when needed
+
+    if not hasattr(servers, "Services"):
+        raise SuiteError("tests/servers.py has no Services class")
+    return servers
+
+
+# --- running --------------------------------------------------------------------
+
+
+def keyword_expr(chosen: list[str], all_names: list[str]) -> str:
+    """-k expression matching exactly the chosen saver names.
+
+    -k matches substrings, so for each chosen name exclude the known names that contain
+    it (``durable_pg`` would otherwise also select ``durable_pg_async``)."""
+    terms = []
+    for name in chosen:
+        longer = [n for n in all_names if n != name and name in n]
+        terms.append(" and ".join([name] + [f"not {n}" for n in longer]))
+    return " or ".join(f"({t})" for t in terms)
+
+
+def resolve_savers(requested: list[str] | None, all_names: list[str]) -> list[str]:
+    chosen: list[str] = []
+    for item in requested or ["durable"]:
+        if item == "all":
+            names = list(all_names)
+        else:
+            names = list(ALIASES.get(item, (item,)))
+        for name in names:
+            if name not in all_names:
+                raise SuiteError(
+                    f"unknown saver {name!r}; known: {', '.join(all_names)}, "
+                    f"or {', '.join(ALIASES)}, all"
+                )
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def check_dependencies() -> None:
+    missing = [dist for mod, dist in REQUIRED_MODULES.items() if not _has_module(mod)]
+    if missing:
+        raise SuiteError(f"missing test dependencies: {' '.join(missing)}")
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    passthrough: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1 :]
+    parser = argparse.ArgumentParser(
+        description="Run LangGraph's own test suite against our checkpoint savers.",
+        epilog="Arguments after '--' go to pytest unchanged.",
+    )
+    parser.add_argument(
+        "--saver",
+        action="append",
+        metavar="NAME",
+        help="saver to run (repeatable): durable_pg, durable_pg_async, upstream_pg, "
+        "upstream_pg_async, or the groups 'durable' (default), 'upstream', 'all'",
+    )
+    parser.add_argument(
+        "--files",
+        nargs="+",
+        metavar="FILE",
+        help="test files (names under the suite's tests/; globs allowed). "
+        "Default: every test_*.py that uses a checkpointer fixture",
+    )
+    parser.add_argument("--extra-k", metavar="EXPR", help="and-ed with the saver -k expression")
+    parser.add_argument(
+        "-n",
+        "--workers",
+        default="2",
+        help="pytest-xdist workers (default 2; 0 runs in-process; ignored without xdist)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=300,
+        help="per-test timeout in seconds with pytest-timeout (default 300; 0 = none)",
+    )
+    parser.add_argument("--langgraph-version", help="default: the installed version")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("LGD_SUITE_CACHE", DEFAULT_CACHE)),
+        help="where the sdist and work directories go (default: .lgd/langgraph-suite)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory after the run")
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="download and patch, print the work directory, do not run pytest",
+    )
+    args, unknown = parser.parse_known_args(argv)
+    return args, unknown + passthrough
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    factories = load_factories()
+    all_names = [*factories.SYNC_NAMES, *factories.ASYNC_NAMES]
+    try:
+        savers = resolve_savers(args.saver, all_names)
+        check_dependencies()
+        version = args.langgraph_version or metadata.version("langgraph")
+        cache = args.cache_dir.resolve()
+        cache.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(dir=cache, prefix=f"run-{version}-"))
+        prepare(version, cache, workdir)
+    except SuiteError as exc:
+        log(f"ERROR: {exc}")
+        return 2
+
+    try:
+        if args.prepare_only:
+            print(workdir)
+            args.keep = True
+            return 0
+        tests_dir = workdir / "tests"
+        if args.files:
+            files: list[str] = []
+            for pattern in args.files:
+                matched = sorted(p.name for p in tests_dir.glob(Path(pattern).name))
+                if not matched:
+                    log(f"ERROR: no test file matches {pattern!r}")
+                    return 2
+                files.extend(f for f in matched if f not in files)
+        else:
+            files = discover_files(tests_dir)
+        if not files:
+            log("ERROR: no test file uses a checkpointer fixture")
+            return 2
+
+        kexpr = keyword_expr(savers, all_names)
+        if args.extra_k:
+            kexpr = f"({kexpr}) and ({args.extra_k})"
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"]
+        cmd += ["--rootdir", str(workdir), "-c", str(workdir / "pyproject.toml")]
+        cmd += ["-k", kexpr, "-ra", "--tb=short"]
+        if args.workers not in ("0", "") and _has_module("xdist"):
+            cmd += ["-n", args.workers]
+        if args.timeout and _has_module("pytest_timeout"):
+            cmd += [f"--timeout={args.timeout}"]
+        cmd += [f"tests/{f}" for f in files]
+        cmd += passthrough
+
+        with postgres_url() as url:
+            env = dict(os.environ)
+            env["NO_DOCKER"] = "true"
+            env[URL_ENV] = url
+            # Our package from this checkout, after the suite's own paths.
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p
+            )
+            log(f"langgraph {version}; savers: {', '.join(savers)}")
+            log(f"files: {' '.join(files)}")
+            log(f"work dir: {workdir}")
+            log("running: " + " ".join(cmd[1:]))
+            started = time.monotonic()
+            code = subprocess.call(cmd, cwd=workdir, env=env)
+            log(f"pytest exited {code} after {time.monotonic() - started:.0f}s")
+        if code == 5:
+            log("ERROR: pytest collected no test for the chosen savers")
+            return 1
+        return code
+    except SuiteError as exc:
+        log(f"ERROR: {exc}")
+        return 2
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
