@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from langgraph_durable.errors import ConfigurationError, StorageUnavailableError
 
@@ -321,7 +321,9 @@ def _system_binaries() -> ServerBinaries | None:
         candidates.append(Path(os.path.realpath(on_path)).parent)
         candidates.append(Path(on_path).parent)
     for pattern in _SYSTEM_BIN_GLOBS:
-        candidates.extend(Path(p) for p in sorted(glob.glob(pattern), key=_version_key, reverse=True))
+        candidates.extend(
+            Path(p) for p in sorted(glob.glob(pattern), key=_version_key, reverse=True)
+        )
     for directory in candidates:
         if _usable_bin_dir(directory):
             return ServerBinaries(bin_dir=directory, origin="system")
@@ -417,7 +419,7 @@ def _resolve_account(run_as: str | None) -> pwd.struct_passwd | None:
     return account
 
 
-def _account_kwargs(account: pwd.struct_passwd | None) -> dict[str, object]:
+def _account_kwargs(account: pwd.struct_passwd | None) -> dict[str, Any]:
     if account is None:
         return {}
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
@@ -427,7 +429,9 @@ def _child_env(account: pwd.struct_passwd | None) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("PG") and key not in ("LANG", "LANGUAGE") and not key.startswith("LC_")
+        if not key.startswith("PG")
+        and key not in ("LANG", "LANGUAGE")
+        and not key.startswith("LC_")
     }
     env["LC_ALL"] = "C"
     env["LANG"] = "C"
@@ -536,12 +540,10 @@ def _launch(
                     env=_child_env(account),
                     cwd=str(cluster),
                     start_new_session=True,
-                    **_account_kwargs(account),  # type: ignore[call-overload]
+                    **_account_kwargs(account),
                 )
             except OSError as exc:
-                raise StorageUnavailableError(
-                    f"Cannot execute {binaries.postgres}: {exc}"
-                ) from exc
+                raise StorageUnavailableError(f"Cannot execute {binaries.postgres}: {exc}") from exc
         outcome = _wait_ready(process, cluster, port)
         if outcome == "ready":
             return process, port
@@ -622,4 +624,3 @@ def _read_from(path: Path, offset: int) -> str:
 
 def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:]) or "(empty)"
-
