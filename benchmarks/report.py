@@ -1,0 +1,233 @@
+"""Summary table, ratios and the PNG chart, all built from the JSON result document."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+COLORS = {
+    "ours": "#1f77b4",
+    "ours-async": "#6baed6",
+    "upstream": "#d62728",
+    "upstream-async": "#fc9272",
+    "memory": "#7f7f7f",
+}
+
+
+def _get(d: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per saver: the headline figures, flattened."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, res in doc["results"].items():
+        g, r, c = res.get("graph") or {}, res.get("raw") or {}, res.get("round_trips") or {}
+        out[name] = {
+            "raw_puts_per_s": _get(r, "puts_per_s"),
+            "raw_put_p50_ms": _get(r, "put.p50_ms"),
+            "raw_put_p99_ms": _get(r, "put.p99_ms"),
+            "raw_cpu_ms_per_call": _get(r, "cpu_ms_per_call"),
+            "raw_bytes_per_call": _get(r, "bytes_per_call"),
+            "steps_per_s": _get(g, "steps_per_s"),
+            "put_p50_ms": _get(g, "put.p50_ms"),
+            "put_p99_ms": _get(g, "put.p99_ms"),
+            "get_p50_ms": _get(g, "get_tuple.p50_ms"),
+            "get_p99_ms": _get(g, "get_tuple.p99_ms"),
+            "get_seq_p50_ms": _get(g, "get_tuple_sequential.p50_ms"),
+            "get_per_s": _get(g, "get_tuple_per_s"),
+            "get_seq_p99_ms": _get(g, "get_tuple_sequential.p99_ms"),
+            "history_list_ms": _get(g, "history_list_ms"),
+            "bytes_per_step": _get(g, "bytes_per_step"),
+            "cpu_ms_per_step": _get(g, "cpu_ms_per_step"),
+            "server_cpu_ms_per_step": _get(g, "server_cpu_ms_per_step"),
+            "raw_server_cpu_ms_per_call": _get(r, "server_cpu_ms_per_call"),
+            "rt_put": _get(c, "put.round_trips"),
+            "rt_put_writes": _get(c, "put_writes.round_trips"),
+            "rt_get_tuple": _get(c, "get_tuple.round_trips"),
+            "rt_list": _get(c, "list.round_trips"),
+            "rt_step": _get(c, "graph_step.round_trips"),
+        }
+    return out
+
+
+RATIO_KEYS = [
+    # (label, summary key or results path, higher_is_better)
+    ("raw puts/s", "raw_puts_per_s", True),
+    ("graph steps/s", "steps_per_s", True),
+    ("get_tuple p50 (C=1)", "get_seq_p50_ms", False),
+    ("get_tuple p50 (C)", "get_p50_ms", False),
+    ("get_tuple/s (C)", "get_per_s", True),
+    ("put p50 (graph)", "put_p50_ms", False),
+    ("client CPU/step", "cpu_ms_per_step", False),
+    ("server CPU/step", "server_cpu_ms_per_step", False),
+    ("raw server CPU/call", "raw_server_cpu_ms_per_call", False),
+    ("bytes/step", "bytes_per_step", False),
+]
+
+
+def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Ours vs upstream, as "how many times better ours is" (>1 = ours better).
+
+    For throughput that is ours/upstream; for latency, CPU and bytes upstream/ours. The
+    per-round throughput ratios (same round, back to back) and their median are kept too.
+    """
+    out: dict[str, Any] = {}
+    for ours, up in (("ours", "upstream"), ("ours-async", "upstream-async")):
+        if ours not in summary or up not in summary:
+            continue
+        pair: dict[str, Any] = {}
+        for label, key, higher in RATIO_KEYS:
+            a, b = summary[ours].get(key), summary[up].get(key)
+            if a and b:
+                pair[label] = a / b if higher else b / a
+        for label, mode, key in (("raw puts/s", "raw", "puts_per_s_by_round"),
+                                 ("graph steps/s", "graph", "steps_per_s_by_round")):
+            a = _get(doc["results"][ours], f"{mode}.{key}")
+            b = _get(doc["results"][up], f"{mode}.{key}")
+            if a and b:
+                per = [x / y for x, y in zip(a, b, strict=False) if y]
+                pair[f"{label} by round"] = per
+                pair[f"{label} median round"] = statistics.median(per) if per else None
+        out[f"{ours} vs {up}"] = pair
+    return out
+
+
+def ratio_lines(rat: dict[str, Any]) -> list[str]:
+    lines = []
+    for pair, vals in rat.items():
+        parts = [f"{k} {v:.2f}x" for k, v in vals.items() if isinstance(v, float)]
+        lines.append(f"{pair} (>1 = ours better): " + ", ".join(parts))
+    return lines
+
+
+COLUMNS = [
+    ("saver", None, "{}"),
+    ("raw puts/s", "raw_puts_per_s", "{:.0f}"),
+    ("steps/s", "steps_per_s", "{:.0f}"),
+    ("put p50/p99 ms", ("put_p50_ms", "put_p99_ms"), "{:.2f}/{:.2f}"),
+    ("get p50/p99 ms C=1", ("get_seq_p50_ms", "get_seq_p99_ms"), "{:.2f}/{:.2f}"),
+    ("get p50/p99 ms C", ("get_p50_ms", "get_p99_ms"), "{:.2f}/{:.2f}"),
+    ("gets/s C", "get_per_s", "{:.0f}"),
+    ("list100 ms", "history_list_ms", "{:.1f}"),
+    ("bytes/step", "bytes_per_step", "{:.0f}"),
+    ("CPU ms/step cli/srv", ("cpu_ms_per_step", "server_cpu_ms_per_step"), "{:.2f}/{:.2f}"),
+    ("RT put/writes/get", ("rt_put", "rt_put_writes", "rt_get_tuple"), "{:.1f}/{:.1f}/{:.1f}"),
+    ("RT/step", "rt_step", "{:.2f}"),
+]
+
+
+def _cell(row: dict[str, Any], key: Any, fmt: str) -> str:
+    keys = key if isinstance(key, tuple) else (key,)
+    vals = [row.get(k) for k in keys]
+    if all(v is None for v in vals):
+        return "-"
+    parts = fmt.split("/")
+    if len(parts) == len(vals):
+        return "/".join(
+            "-" if v is None else p.format(v) for p, v in zip(parts, vals, strict=True)
+        )
+    return fmt.format(*vals)
+
+
+def table_rows(summary: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [c[0] for c in COLUMNS]
+    rows = []
+    for name, row in summary.items():
+        rows.append([name] + [_cell(row, key, fmt) for _, key, fmt in COLUMNS[1:]])
+    return header, rows
+
+
+def text_table(summary: dict[str, dict[str, Any]]) -> str:
+    header, rows = table_rows(summary)
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
+    header, rows = table_rows(summary)
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary)
+    panels = [
+        ("raw replay: put+put_writes calls/s", ["raw_puts_per_s"], "db"),
+        ("graph: super-steps/s", ["steps_per_s"], "db"),
+        ("graph: put latency ms (p50 | p99)", ["put_p50_ms", "put_p99_ms"], None),
+        ("get_tuple latency ms (p50 | p99)\none at a time, then at concurrency C (hatched)",
+         ["get_seq_p50_ms", "get_seq_p99_ms", "get_p50_ms", "get_p99_ms"], "pairs"),
+        ("CPU ms per super-step (client | PostgreSQL backends)",
+         ["cpu_ms_per_step", "server_cpu_ms_per_step"], None),
+        ("bytes stored per super-step", ["bytes_per_step"], None),
+        ("round trips per call (put | put_writes | get_tuple)",
+         ["rt_put", "rt_put_writes", "rt_get_tuple"], None),
+        (f"list {doc['settings']['history']} checkpoints: ms", ["history_list_ms"], None),
+    ]
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
+    for ax, (title, keys, only) in zip(axes.flat, panels, strict=True):
+        shown = names
+        if only == "db" and "memory" in names:
+            # In-memory throughput would flatten the database bars; quote it instead.
+            mem = summary["memory"].get(keys[0])
+            if mem is not None:
+                title += f"\n(InMemorySaver: {mem:.0f}, not drawn)"
+            shown = [n for n in names if n != "memory"] or names
+        width = 0.8 / len(keys)
+        any_val = False
+        for j, key in enumerate(keys):
+            xs, hs, cs = [], [], []
+            for i, n in enumerate(shown):
+                v = summary[n].get(key)
+                if v is None:
+                    continue
+                xs.append(i - 0.4 + width * (j + 0.5))
+                hs.append(v)
+                cs.append(COLORS.get(n, "#333333"))
+            if not xs:
+                continue
+            any_val = True
+            light = j % 2 if only == "pairs" else j > 0
+            bars = ax.bar(xs, hs, width=width * 0.92, color=cs, alpha=0.55 if light else 1.0,
+                          hatch="///" if only == "pairs" and j >= 2 else None,
+                          edgecolor="black", linewidth=0.4)
+            for b, h in zip(bars, hs, strict=True):
+                label = f"{h:.0f}" if h >= 100 else (f"{h:.1f}" if h >= 10 else f"{h:.2f}")
+                ax.annotate(label, (b.get_x() + b.get_width() / 2, h), ha="center",
+                            va="bottom", fontsize=7 if len(keys) < 4 else 5.5)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(range(len(shown)))
+        ax.set_xticklabels(shown, fontsize=8, rotation=15)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.margins(y=0.15)
+        if not any_val:
+            ax.text(0.5, 0.5, "n/a", ha="center", va="center", transform=ax.transAxes)
+    st = doc["settings"]
+    fig.suptitle(
+        f"LangGraph checkpoint savers — {st['turns']} turns, {st['threads']} graph threads, "
+        f"{st['raw_threads']} raw threads, concurrency {st['concurrency']}, "
+        f"pool {st['pool_size']}, "
+        f"durability={st['durability']}, {doc['environment'].get('cpu_count')} CPUs",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,221 @@
+"""The savers under test, each opened on its own fresh schema with its own connection pool."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+# Upstream langgraph-checkpoint-postgres documents these settings for its connections.
+UPSTREAM_CONN_KWARGS = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0}
+
+
+@dataclass(frozen=True)
+class SaverSpec:
+    name: str
+    label: str
+    is_async: bool
+    uses_db: bool
+    kind: str  # "ours" | "upstream" | "memory"
+
+
+SPECS: dict[str, SaverSpec] = {
+    s.name: s
+    for s in (
+        SaverSpec("ours", "ours PostgresSaver", False, True, "ours"),
+        SaverSpec("ours-async", "ours AsyncPostgresSaver", True, True, "ours"),
+        SaverSpec("upstream", "upstream PostgresSaver", False, True, "upstream"),
+        SaverSpec("upstream-async", "upstream AsyncPostgresSaver", True, True, "upstream"),
+        SaverSpec("memory", "InMemorySaver", False, False, "memory"),
+    )
+}
+
+
+def ours_available() -> str | None:
+    """None if our savers import, else the reason they do not."""
+    try:
+        from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver  # noqa: F401
+    except Exception as exc:  # pragma: no cover - depends on the work in progress
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _upstream_kwargs(schema: str) -> dict[str, Any]:
+    return {**UPSTREAM_CONN_KWARGS, "options": f"-c search_path={schema}"}
+
+
+def admin_connect(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True)
+
+
+def drop_schema(url: str, schema: str) -> None:
+    with admin_connect(url) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def create_schema(url: str, schema: str) -> None:
+    with admin_connect(url) as conn:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+
+
+SIZE_SQL = """
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'm')
+"""
+
+
+def backend_pids(url: str, application_name: str) -> list[int]:
+    """Server process ids of the connections that carry this application_name."""
+    with admin_connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def server_cpu_seconds(pids: list[int]) -> float | None:
+    """CPU time used so far by these PostgreSQL backends, read from /proc.
+
+    Uses ``/proc/<pid>/schedstat`` (nanoseconds on CPU), else ``/proc/<pid>/stat``
+    (utime + stime, in clock ticks). None when the server is not on this machine or
+    /proc is not readable, so that a remote database simply reports no server CPU.
+    """
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            return None
+        comm_end = raw.rfind(")")
+        if "postgres" not in raw[: comm_end + 1]:
+            return None
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        fields = raw[comm_end + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+    return total
+
+
+def add_old_partitions(url: str, schema: str, count: int) -> int:
+    """Give our schema ``count`` partitions for past epochs, as a long-lived deployment has.
+
+    Uses the schema's own ``current_epoch()`` and ``ensure_partitions(epoch)`` helpers; returns
+    how many partitions the ``checkpoints`` table has afterwards.
+    """
+    with admin_connect(url) as conn:
+        current = conn.execute(f'SELECT "{schema}".current_epoch()').fetchone()[0]
+        for epoch in range(current - count, current):
+            conn.execute(f'SELECT "{schema}".ensure_partitions(%s)', (epoch,))
+        row = conn.execute(
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent "
+            "JOIN pg_namespace n ON n.oid = p.relnamespace "
+            "WHERE n.nspname = %s AND p.relname = 'checkpoints'",
+            (schema,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def schema_bytes(url: str, schema: str) -> int:
+    """On-disk bytes of every table in the schema: heap + TOAST + indexes.
+
+    Partitions are ordinary tables (relkind 'r') in the same schema, so partitioned
+    tables are covered by summing over them; the partitioned parents hold no storage.
+    """
+    with admin_connect(url) as conn:
+        row = conn.execute(SIZE_SQL, (schema,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextlib.contextmanager
+def open_sync(spec: SaverSpec, url: str, schema: str, pool_size: int) -> Iterator[Any]:
+    """Yield a set-up sync saver of this kind on ``schema`` (created if needed)."""
+    if spec.kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver()
+        return
+    from psycopg_pool import ConnectionPool
+
+    if spec.kind == "upstream":
+        from langgraph.checkpoint.postgres import PostgresSaver as UpstreamSaver
+
+        create_schema(url, schema)
+        pool = ConnectionPool(
+            url,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs=_upstream_kwargs(schema),
+            open=True,
+        )
+        try:
+            pool.wait()
+            saver = UpstreamSaver(pool)
+            saver.setup()
+            yield saver
+        finally:
+            pool.close()
+    else:
+        from langgraph_durable.postgres import PostgresSaver as OursSaver
+
+        pool = ConnectionPool(url, min_size=pool_size, max_size=pool_size, open=True)
+        try:
+            pool.wait()
+            saver = OursSaver(pool, schema=schema)
+            saver.setup()
+            yield saver
+        finally:
+            pool.close()
+
+
+@contextlib.asynccontextmanager
+async def open_async(spec: SaverSpec, url: str, schema: str, pool_size: int) -> AsyncIterator[Any]:
+    """Yield a set-up async saver of this kind on ``schema`` (created if needed)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    if spec.kind == "upstream":
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver as UpstreamAsync
+
+        create_schema(url, schema)
+        pool = AsyncConnectionPool(
+            url,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs=_upstream_kwargs(schema),
+            open=False,
+        )
+        await pool.open(wait=True)
+        try:
+            saver = UpstreamAsync(pool)
+            await saver.setup()
+            yield saver
+        finally:
+            await pool.close()
+    elif spec.kind == "ours":
+        from langgraph_durable.postgres import AsyncPostgresSaver as OursAsync
+
+        pool = AsyncConnectionPool(url, min_size=pool_size, max_size=pool_size, open=False)
+        await pool.open(wait=True)
+        try:
+            saver = OursAsync(pool, schema=schema)
+            await saver.setup()
+            yield saver
+        finally:
+            await pool.close()
+    else:
+        raise ValueError(f"{spec.name} has no async flavour")
