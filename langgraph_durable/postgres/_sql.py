@@ -28,6 +28,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
+from .._core.epochs import EpochCache
 from .._core.codec import (
     CheckpointCodec,
     StoredCheckpoint,
@@ -204,6 +205,7 @@ class PostgresOps:
     def __init__(self, schema: str, codec: CheckpointCodec) -> None:
         self.schema = validate_schema_name(schema)
         self.codec = codec
+        self.epochs = EpochCache()
         s = f'"{self.schema}"'
         self._s = s
         self._lock_key = f"langgraph_durable:{self.schema}"
@@ -234,9 +236,9 @@ class PostgresOps:
             "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, u.blob "
             "FROM t CROSS JOIN unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
             "%(b_types)s::text[], %(b_blobs)b::bytea[]) AS u(channel, version, type, blob) "
-            "ON CONFLICT DO NOTHING) "
-            f"INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
-            "epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
+            "ON CONFLICT DO NOTHING), "
+            f"c AS (INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, "
+            "checkpoint_id, epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
             "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, t.epoch, %(parent)s, "
             "%(v)s, %(run_id)s, %(r_channels)s::text[], %(r_versions)s::text[], "
@@ -246,11 +248,12 @@ class PostgresOps:
             "run_id = EXCLUDED.run_id, blob_channels = EXCLUDED.blob_channels, "
             "blob_versions = EXCLUDED.blob_versions, metadata_index = EXCLUDED.metadata_index, "
             "checkpoint_type = EXCLUDED.checkpoint_type, checkpoint = EXCLUDED.checkpoint, "
-            "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata"
+            "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata) "
+            "SELECT epoch FROM t"
         )
         writes_head = (
-            f"WITH {thread_cte} "
-            f"INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
+            f"WITH {thread_cte}, "
+            f"w AS (INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
             "task_id, idx, epoch, task_path, channel, type, blob) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, "
             "t.epoch, %(task_path)s, u.channel, u.type, u.blob "
@@ -258,11 +261,11 @@ class PostgresOps:
             "%(types)s::text[], %(blobs)b::bytea[]) AS u(idx, channel, type, blob) "
             "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch) "
         )
-        self.INSERT_WRITES_SQL = writes_head + "DO NOTHING"
+        self.INSERT_WRITES_SQL = writes_head + "DO NOTHING) SELECT epoch FROM t"
         self.UPSERT_WRITES_SQL = (
             writes_head
             + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
-            "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
+            "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) SELECT epoch FROM t"
         )
         # The columns of a stored checkpoint with its blobs, writes and (for
         # checkpoints before format 4) the parent's pending sends, in one row.
@@ -271,39 +274,42 @@ class PostgresOps:
             "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
             "bl.channels, bl.versions, bl.types, bl.blobs, "
             "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
-            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs FROM ("
+            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.epoch FROM ("
         )
-        self._select_tail = (
-            ") AS c CROSS JOIN LATERAL ("
-            "SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions, "
-            "array_agg(b.type) AS types, array_agg(b.blob) AS blobs "
-            "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
-            f"JOIN {s}.blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
-            "AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = c.epoch "
-            "AND b.channel = r.channel AND b.version = r.version) AS bl "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
-            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
-            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
-            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
-            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps "
-            "ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+        self._select_tail = self._tail("c.epoch")
+        self._select_tail_known = self._tail("%(epoch)s")
+        # Reads of one thread come in two forms: with the thread's epoch known
+        # (a parameter: the planner prunes to one partition before execution)
+        # and with it looked up in the statement (every partition's scan is set
+        # up; used the first time a process reads a thread).
+        latest = (
+            f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND epoch = {epoch} "
+            "ORDER BY checkpoint_id DESC LIMIT 1"
+        )
+        by_id = (
+            f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND epoch = {epoch} "
+            "AND checkpoint_id = %(checkpoint_id)s"
         )
         self.GET_LATEST_SQL = (
-            self._select_head
-            + f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
-            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s "
-            f"AND epoch = {thread_epoch} ORDER BY checkpoint_id DESC LIMIT 1"
-            + self._select_tail
+            self._select_head + latest.format(epoch=thread_epoch) + self._select_tail
         )
         self.GET_BY_ID_SQL = (
-            self._select_head
-            + f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
-            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s "
-            f"AND epoch = {thread_epoch} AND checkpoint_id = %(checkpoint_id)s"
-            + self._select_tail
+            self._select_head + by_id.format(epoch=thread_epoch) + self._select_tail
+        )
+        # The known-epoch form also returns the thread's actual epoch (NULL
+        # checkpoint columns when the namespace has no checkpoint), so a stale
+        # memo is told apart from an empty namespace in the same round trip.
+        known = (
+            f"SELECT th.epoch, q.* FROM {s}.threads th LEFT JOIN LATERAL ({{select}}) AS q "
+            "ON true WHERE th.tenant_id = %(tenant)s AND th.thread_id = %(thread)s"
+        )
+        self.GET_LATEST_KNOWN_SQL = known.format(
+            select=self._select_head + latest.format(epoch="%(epoch)s") + self._select_tail_known
+        )
+        self.GET_BY_ID_KNOWN_SQL = known.format(
+            select=self._select_head + by_id.format(epoch="%(epoch)s") + self._select_tail_known
         )
         self.DELETE_THREAD_SQL = (
             f"WITH t AS (DELETE FROM {s}.threads WHERE tenant_id = %(tenant)s "
@@ -323,6 +329,28 @@ class PostgresOps:
             "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
             "AND w.checkpoint_id = c.checkpoint_id AND w.epoch = c.epoch) "
             "SELECT count(*) FROM c"
+        )
+
+    def _tail(self, epoch: str) -> str:
+        """Joins a checkpoint row ``c`` to its blobs, writes and parent's sends."""
+        s = self._s
+        return (
+            ") AS c CROSS JOIN LATERAL ("
+            "SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions, "
+            "array_agg(b.type) AS types, array_agg(b.blob) AS blobs "
+            "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+            f"JOIN {s}.blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
+            f"AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = {epoch} "
+            "AND b.channel = r.channel AND b.version = r.version) AS bl "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
+            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
+            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps "
+            "ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
         )
 
     # ---- setup ---------------------------------------------------------------
@@ -399,19 +427,20 @@ class PostgresOps:
             "parent": rec.parent_checkpoint_id,
             "v": rec.v,
             "run_id": rec.run_id,
-            "r_channels": [c for c, _ in rec.blob_refs],
-            "r_versions": [v for _, v in rec.blob_refs],
+            "r_channels": text_array(c for c, _ in rec.blob_refs),
+            "r_versions": text_array(v for _, v in rec.blob_refs),
             "metadata_index": json.dumps(rec.metadata_index, separators=(",", ":")),
             "c_type": rec.body.type,
             "c_data": rec.body.data,
             "m_type": rec.metadata.type,
             "m_data": rec.metadata.data,
-            "b_channels": [b.channel for b in rec.blobs],
-            "b_versions": [b.version for b in rec.blobs],
-            "b_types": [b.sealed.type if b.sealed else "empty" for b in rec.blobs],
+            "b_channels": text_array(b.channel for b in rec.blobs),
+            "b_versions": text_array(b.version for b in rec.blobs),
+            "b_types": text_array(b.sealed.type if b.sealed else "empty" for b in rec.blobs),
             "b_blobs": [b.sealed.data if b.sealed else None for b in rec.blobs],
         }
-        yield from self._with_partition(Query(self.PUT_SQL, params))
+        row = yield from self._with_partition(Query(self.PUT_SQL, params, "one"))
+        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
         return self.codec.config(key, rec.checkpoint_id)
 
     def put_writes(self, key: ThreadKey, checkpoint_id: str, writes: Sequence[tuple[str, Any]],
@@ -432,13 +461,14 @@ class PostgresOps:
             "checkpoint_id": checkpoint_id,
             "task_id": task_id,
             "task_path": task_path,
-            "idxs": [r.idx for r in records],
-            "channels": [r.channel for r in records],
-            "types": [r.sealed.type for r in records],
+            "idxs": "{" + ",".join(str(r.idx) for r in records) + "}",
+            "channels": text_array(r.channel for r in records),
+            "types": text_array(r.sealed.type for r in records),
             "blobs": [r.sealed.data for r in records],
         }
         sql = self.UPSERT_WRITES_SQL if replace else self.INSERT_WRITES_SQL
-        yield from self._with_partition(Query(sql, params))
+        row = yield from self._with_partition(Query(sql, params, "one"))
+        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
         return None
 
     def _with_partition(self, query: Query) -> Generator[Any, Any, Any]:
@@ -463,14 +493,24 @@ class PostgresOps:
         return Operation(self._get_tuple(key, checkpoint_id))
 
     def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
-        params = {"tenant": key.tenant, "thread": key.thread, "ns": key.ns}
+        params: dict[str, Any] = {"tenant": key.tenant, "thread": key.thread, "ns": key.ns}
         if checkpoint_id:
             params["checkpoint_id"] = checkpoint_id
-            row = yield Query(self.GET_BY_ID_SQL, params, "one")
-        else:
-            row = yield Query(self.GET_LATEST_SQL, params, "one")
+        epoch = self.epochs.get(key.tenant, key.thread)
+        if epoch is not None:
+            sql = self.GET_BY_ID_KNOWN_SQL if checkpoint_id else self.GET_LATEST_KNOWN_SQL
+            row = yield Query(sql, {**params, "epoch": epoch}, "one")
+            if row is None:  # the thread is gone
+                self.epochs.forget(key.tenant, key.thread)
+                return None
+            if row[0] == epoch:
+                return None if row[3] is None else self.codec.decode(key, _stored(row[1:]))
+            self.epochs.forget(key.tenant, key.thread)  # deleted and started again
+        sql = self.GET_BY_ID_SQL if checkpoint_id else self.GET_LATEST_SQL
+        row = yield Query(sql, params, "one")
         if row is None:
             return None
+        self.epochs.remember(key.tenant, key.thread, row[-1])
         return self.codec.decode(key, _stored(row))
 
     def list(self, tenant: str, thread: str | None, ns: str | None, checkpoint_id: str | None,
@@ -496,10 +536,13 @@ class PostgresOps:
         s = self._s
         wheres = ["tenant_id = %(tenant)s"]
         params: dict[str, Any] = {"tenant": tenant}
+        known = None if thread is None else self.epochs.get(tenant, thread)
         if thread is not None:
             wheres.append("thread_id = %(thread)s")
-            wheres.append(f"epoch = {self._thread_epoch}")
+            wheres.append("epoch = %(epoch)s" if known is not None else f"epoch = {self._thread_epoch}")
             params["thread"] = thread
+            if known is not None:
+                params["epoch"] = known
             if ns is not None:
                 wheres.append("checkpoint_ns = %(ns)s")
                 params["ns"] = ns
@@ -526,9 +569,15 @@ class PostgresOps:
             sql = (
                 self._select_head
                 + f"SELECT * FROM {s}.checkpoints WHERE {where}{order} LIMIT %(page)s"
-                + self._select_tail
+                + (self._select_tail_known if known is not None else self._select_tail)
             )
             rows = yield Query(sql, dict(params), "all")
+            if not rows and cursor is None and known is not None and thread is not None:
+                # Nothing under the remembered epoch: it may be stale; look again.
+                self.epochs.forget(tenant, thread)
+                yield from self._list(tenant, thread, ns, checkpoint_id, filter, before_id,
+                                      limit, echo_tenant)
+                return None
             for row in rows:
                 stored = _stored(row)
                 row_key = ThreadKey(tenant, stored.thread, stored.ns, echo_tenant)
@@ -549,6 +598,7 @@ class PostgresOps:
         return Operation(self._delete_thread(tenant, thread_id))
 
     def _delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
+        self.epochs.forget(tenant, thread_id)
         yield Query(self.DELETE_THREAD_SQL, {"tenant": tenant, "thread": thread_id})
         return None
 
@@ -630,6 +680,7 @@ class PostgresOps:
         for thread_id in thread_ids:
             p = {"tenant": tenant, "thread": thread_id}
             if strategy == "delete":
+                self.epochs.forget(tenant, thread_id)
                 yield Query(self.DELETE_THREAD_SQL, p)
                 continue
             row = yield Query(
@@ -686,6 +737,18 @@ class PostgresOps:
         return None
 
 
+def text_array(values: Any) -> str:
+    """A PostgreSQL text[] literal of ``values`` (each quoted and escaped).
+
+    Sent as one text parameter, it costs the client far less than letting the
+    driver adapt a Python list element by element.
+    """
+    parts = []
+    for value in values:
+        parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(parts) + "}"
+
+
 def _split_statements(script: str) -> list[str]:
     """Split a migration script on ``;`` at line ends outside ``$fn$`` bodies."""
     statements, current, in_body = [], [], False
@@ -714,7 +777,7 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
     (thread, ns, checkpoint_id, parent, c_type, c_data, m_type, m_data,
      b_channels, b_versions, b_types, b_blobs,
      w_tasks, w_paths, w_idxs, w_channels, w_types, w_blobs,
-     s_tasks, s_paths, s_idxs, s_types, s_blobs) = row
+     s_tasks, s_paths, s_idxs, s_types, s_blobs, _epoch) = row
     blobs = list(zip(b_channels or [], b_versions or [], _sealed_list(b_types, b_blobs)))
     writes = list(zip(w_tasks or [], w_paths or [], w_idxs or [], w_channels or [],
                       _sealed_list(w_types, w_blobs)))

@@ -297,3 +297,35 @@ def test_partitions_compress_payloads_with_lz4_when_available(saver: PostgresSav
             )
         }
     assert methods == ({"l"} if lz4 else {""})
+
+
+def test_odd_channel_names_round_trip(saver: PostgresSaver) -> None:
+    names = ['quo"te', "back\\slash", "com,ma", "NULL", "{brace}", "sp ace", "ünï"]
+    cp = make_cp(**{n: [n] for n in names})
+    cp["channel_versions"] = {n: next_version(None) for n in names}
+    stored = saver.put(cfg("odd"), cp, {}, cp["channel_versions"])
+    saver.put_writes(stored, [(n, n) for n in names], "task")
+    tup = saver.get_tuple(cfg("odd"))
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {n: [n] for n in names}
+    assert [(c, v) for _, c, v in tup.pending_writes] == [(n, n) for n in names]
+
+
+def test_a_thread_deleted_and_started_again_elsewhere_is_found(
+    pg_url: str, pg_schema: str
+) -> None:
+    # Two savers (two processes, say): one remembers the thread's epoch, the other
+    # deletes the thread and starts it again in another time bucket.
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as a, \
+            PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as b:
+        a.setup()
+        put_chain(a, "t", 2)
+        assert a.get_tuple(cfg("t")) is not None
+        b.delete_thread("t")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"UPDATE \"{pg_schema}\".settings SET value = '1' WHERE key = 'partition_days'")
+        new = put_chain(b, "t", 1)
+        got = a.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["id"] == new[0]["configurable"]["checkpoint_id"]
+        assert [t.checkpoint["id"] for t in a.list(cfg("t"))] == [got.checkpoint["id"]]
+        assert a.get_tuple(cfg("t", ns="child:1")) is None
