@@ -276,41 +276,35 @@ class PostgresOps:
             "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
             "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.epoch FROM ("
         )
-        self._select_tail = self._tail("c.epoch")
-        self._select_tail_known = self._tail("%(epoch)s")
-        # Reads of one thread come in two forms: with the thread's epoch known
-        # (a parameter: the planner prunes to one partition before execution)
-        # and with it looked up in the statement (every partition's scan is set
-        # up; used the first time a process reads a thread).
+        self._select_tail = self._tail(f"{s}.blobs", f"{s}.writes", "c.epoch")
+        # Reads of one thread come in two forms. With the thread's epoch looked
+        # up in the statement (the first read of a thread in this process),
+        # PostgreSQL must set up a scan of every partition. With the epoch known
+        # (remembered from an earlier read or write), the statement names that
+        # epoch's partitions directly, so no other partition is planned,
+        # locked or scanned, however many there are.
         latest = (
-            f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "SELECT * FROM {table} WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND epoch = {epoch} "
             "ORDER BY checkpoint_id DESC LIMIT 1"
         )
         by_id = (
-            f"SELECT * FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "SELECT * FROM {table} WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND epoch = {epoch} "
             "AND checkpoint_id = %(checkpoint_id)s"
         )
+        self._latest, self._by_id = latest, by_id
         self.GET_LATEST_SQL = (
-            self._select_head + latest.format(epoch=thread_epoch) + self._select_tail
+            self._select_head
+            + latest.format(table=f"{s}.checkpoints", epoch=thread_epoch)
+            + self._select_tail
         )
         self.GET_BY_ID_SQL = (
-            self._select_head + by_id.format(epoch=thread_epoch) + self._select_tail
+            self._select_head
+            + by_id.format(table=f"{s}.checkpoints", epoch=thread_epoch)
+            + self._select_tail
         )
-        # The known-epoch form also returns the thread's actual epoch (NULL
-        # checkpoint columns when the namespace has no checkpoint), so a stale
-        # memo is told apart from an empty namespace in the same round trip.
-        known = (
-            f"SELECT th.epoch, q.* FROM {s}.threads th LEFT JOIN LATERAL ({{select}}) AS q "
-            "ON true WHERE th.tenant_id = %(tenant)s AND th.thread_id = %(thread)s"
-        )
-        self.GET_LATEST_KNOWN_SQL = known.format(
-            select=self._select_head + latest.format(epoch="%(epoch)s") + self._select_tail_known
-        )
-        self.GET_BY_ID_KNOWN_SQL = known.format(
-            select=self._select_head + by_id.format(epoch="%(epoch)s") + self._select_tail_known
-        )
+        self._known_sql: dict[tuple[int, bool], str] = {}
         self.DELETE_THREAD_SQL = (
             f"WITH t AS (DELETE FROM {s}.threads WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s RETURNING epoch), "
@@ -331,22 +325,51 @@ class PostgresOps:
             "SELECT count(*) FROM c"
         )
 
-    def _tail(self, epoch: str) -> str:
+    def _leaf(self, table: str, epoch: int) -> str:
+        """The partition of ``table`` that holds ``epoch`` (see ``ensure_partitions``)."""
+        return f'{self._s}."{table}_e{int(epoch)}"'
+
+    def _get_known_sql(self, epoch: int, by_id: bool) -> str:
+        """The read of one checkpoint when the thread's epoch is known.
+
+        It also returns the thread's actual epoch (and NULL checkpoint columns
+        when the namespace has none), so a stale memo is told apart from an
+        empty namespace in the same round trip.
+        """
+        sql = self._known_sql.get((epoch, by_id))
+        if sql is None:
+            inner = (self._by_id if by_id else self._latest).format(
+                table=self._leaf("checkpoints", epoch), epoch="%(epoch)s"
+            )
+            select = self._select_head + inner + self._known_tail(epoch)
+            sql = (
+                f"SELECT th.epoch, q.* FROM {self._s}.threads th "
+                f"LEFT JOIN LATERAL ({select}) AS q ON true "
+                "WHERE th.tenant_id = %(tenant)s AND th.thread_id = %(thread)s"
+            )
+            if len(self._known_sql) > 1000:
+                self._known_sql.clear()
+            self._known_sql[(epoch, by_id)] = sql
+        return sql
+
+    def _known_tail(self, epoch: int) -> str:
+        return self._tail(self._leaf("blobs", epoch), self._leaf("writes", epoch), "%(epoch)s")
+
+    def _tail(self, blobs: str, writes: str, epoch: str) -> str:
         """Joins a checkpoint row ``c`` to its blobs, writes and parent's sends."""
-        s = self._s
         return (
             ") AS c CROSS JOIN LATERAL ("
             "SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions, "
             "array_agg(b.type) AS types, array_agg(b.blob) AS blobs "
             "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
-            f"JOIN {s}.blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
+            f"JOIN {blobs} b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
             f"AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = {epoch} "
             "AND b.channel = r.channel AND b.version = r.version) AS bl "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
             "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
             f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
             "AND w.checkpoint_id = c.checkpoint_id) AS wr "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {s}.writes w "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
             "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
             f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
             f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps "
@@ -498,8 +521,11 @@ class PostgresOps:
             params["checkpoint_id"] = checkpoint_id
         epoch = self.epochs.get(key.tenant, key.thread)
         if epoch is not None:
-            sql = self.GET_BY_ID_KNOWN_SQL if checkpoint_id else self.GET_LATEST_KNOWN_SQL
-            row = yield Query(sql, {**params, "epoch": epoch}, "one")
+            sql = self._get_known_sql(epoch, bool(checkpoint_id))
+            try:
+                row = yield Query(sql, {**params, "epoch": epoch}, "one")
+            except SchemaError:  # that epoch's partitions were dropped
+                row = (None,)
             if row is None:  # the thread is gone
                 self.epochs.forget(key.tenant, key.thread)
                 return None
@@ -566,12 +592,21 @@ class PostgresOps:
                 where += " AND (checkpoint_id, thread_id, checkpoint_ns) < (%(c_id)s, %(c_thread)s, %(c_ns)s)"
                 params["c_id"], params["c_thread"], params["c_ns"] = cursor
             params["page"] = page
+            if known is not None:
+                table, tail = self._leaf("checkpoints", known), self._known_tail(known)
+            else:
+                table, tail = f"{s}.checkpoints", self._select_tail
             sql = (
                 self._select_head
-                + f"SELECT * FROM {s}.checkpoints WHERE {where}{order} LIMIT %(page)s"
-                + (self._select_tail_known if known is not None else self._select_tail)
+                + f"SELECT * FROM {table} WHERE {where}{order} LIMIT %(page)s"
+                + tail
             )
-            rows = yield Query(sql, dict(params), "all")
+            try:
+                rows = yield Query(sql, dict(params), "all")
+            except SchemaError:
+                if known is None:
+                    raise
+                rows = []  # that epoch's partitions were dropped: look again below
             if not rows and cursor is None and known is not None and thread is not None:
                 # Nothing under the remembered epoch: it may be stale; look again.
                 self.epochs.forget(tenant, thread)
