@@ -1,6 +1,7 @@
 # Entry points for developers and CI (.ci/run calls `make test`).
 #
-#   make test            unit and integration tests, then LangGraph's own suite
+#   make test            lint, unit and integration tests, then LangGraph's own suite
+#   make lint            ruff and mypy
 #   make test-unit       only our tests (pytest over tests/)
 #   make test-langgraph  LangGraph's test suite against our savers
 #   make demo            the CLI demo
@@ -17,7 +18,7 @@ SETUP_STAMP := $(VENV)/.lgd-setup-stamp
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit test-langgraph demo bench
+.PHONY: setup test lint test-unit test-langgraph demo bench
 
 setup: $(SETUP_STAMP)
 
@@ -25,13 +26,19 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # pip >= 25.1 is needed for --group (PEP 735 dependency groups), hence the upgrade first.
-$(SETUP_STAMP): pyproject.toml | $(PY)
+$(SETUP_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]' --group test --group bench
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]' --group test --group bench --group lint
 	touch $@
 
-test: test-unit
+test: lint test-unit
 	$(MAKE) --no-print-directory test-langgraph
+
+# ruff (lint and format) over everything, mypy over the package.
+lint: $(SETUP_STAMP)
+	$(VENV)/bin/ruff check langgraph_durable tests benchmarks
+	$(VENV)/bin/ruff format --check langgraph_durable tests benchmarks
+	$(VENV)/bin/mypy langgraph_durable
 
 # pytest exits non-zero (5) when it collects no test, which fails the target too.
 test-unit: $(SETUP_STAMP)

@@ -158,8 +158,13 @@ class Session:
         return self._graphs[turns]
 
     # -- generic fan-out: fn_sync(item) on C threads, or fn_async(item) on C tasks
-    def fan_out(self, fn_sync: Callable[[Any], Any], fn_async: Callable[[Any], Any],
-                items: list[Any], concurrency: int | None = None) -> None:
+    def fan_out(
+        self,
+        fn_sync: Callable[[Any], Any],
+        fn_async: Callable[[Any], Any],
+        items: list[Any],
+        concurrency: int | None = None,
+    ) -> None:
         c = concurrency or self.s.concurrency
         if self.spec.is_async:
             self.loop.run_until_complete(_gather_limited(fn_async, items, c))
@@ -172,8 +177,9 @@ class Session:
                     pass
 
     # -- workloads
-    def run_threads(self, thread_nos: list[int], turns: int | None = None,
-                    concurrency: int | None = None) -> None:
+    def run_threads(
+        self, thread_nos: list[int], turns: int | None = None, concurrency: int | None = None
+    ) -> None:
         graph = self.graph(turns or self.s.turns)
         d = self.s.durability
 
@@ -189,8 +195,9 @@ class Session:
         saver = self.saver
         self.fan_out(lambda c: _replay(saver, c), lambda c: _areplay(saver, c), jobs, concurrency)
 
-    def read_latest(self, thread_nos: list[int], times: int,
-                    concurrency: int | None = None) -> None:
+    def read_latest(
+        self, thread_nos: list[int], times: int, concurrency: int | None = None
+    ) -> None:
         saver = self.saver
 
         def one(i: int) -> None:
@@ -248,8 +255,9 @@ def _rotations(names: list[str], r: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def open_sessions(specs: list[SaverSpec], s: Settings, mode: str, tag: str,
-                  loop: asyncio.AbstractEventLoop) -> dict[str, Session]:
+def open_sessions(
+    specs: list[SaverSpec], s: Settings, mode: str, tag: str, loop: asyncio.AbstractEventLoop
+) -> dict[str, Session]:
     sessions: dict[str, Session] = {}
     try:
         for spec in specs:
@@ -262,8 +270,13 @@ def open_sessions(specs: list[SaverSpec], s: Settings, mode: str, tag: str,
     return sessions
 
 
-def graph_mode(specs: list[SaverSpec], s: Settings, tag: str,
-               loop: asyncio.AbstractEventLoop, log: Callable[[str], None]) -> dict[str, Any]:
+def graph_mode(
+    specs: list[SaverSpec],
+    s: Settings,
+    tag: str,
+    loop: asyncio.AbstractEventLoop,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     sessions = open_sessions(specs, s, "graph", tag, loop)
     names = list(sessions)
     sessions_db = {n: sess.spec.uses_db for n, sess in sessions.items()}
@@ -279,13 +292,20 @@ def graph_mode(specs: list[SaverSpec], s: Settings, tag: str,
         for r, batch in enumerate(batches):
             for n in _rotations(names, r):
                 sess = sessions[n]
-                sess.timed(tallies[n], functools.partial(sess.run_threads, batch),
-                           functools.partial(sess.calls, ("put",)))
-            log(f"  graph round {r + 1}/{len(batches)}: " + ", ".join(
-                f"{n} {tallies[n].per_round[-1]:.0f}" for n in names) + " steps/s")
+                sess.timed(
+                    tallies[n],
+                    functools.partial(sess.run_threads, batch),
+                    functools.partial(sess.calls, ("put",)),
+                )
+            log(
+                f"  graph round {r + 1}/{len(batches)}: "
+                + ", ".join(f"{n} {tallies[n].per_round[-1]:.0f}" for n in names)
+                + " steps/s"
+            )
         size1 = {n: sess.size() for n, sess in sessions.items()}
-        run_times = {n: {k: list(v) for k, v in sess.times.samples.items()}
-                     for n, sess in sessions.items()}
+        run_times = {
+            n: {k: list(v) for k, v in sess.times.samples.items()} for n, sess in sessions.items()
+        }
 
         # get_tuple of the latest checkpoint: once one call at a time (the call's own
         # latency), once at concurrency C (what a loaded service sees).
@@ -300,8 +320,9 @@ def graph_mode(specs: list[SaverSpec], s: Settings, tag: str,
                     sessions[n].read_latest(batch, s.reads, concurrency=conc)
                     if conc == s.concurrency:
                         read_wall[n] += time.perf_counter() - t0
-            read_times[conc] = {n: list(sess.times.samples.get("get_tuple", []))
-                                for n, sess in sessions.items()}
+            read_times[conc] = {
+                n: list(sess.times.samples.get("get_tuple", [])) for n, sess in sessions.items()
+            }
 
         hist_no = 10**6
         for sess in sessions.values():
@@ -331,17 +352,20 @@ def graph_mode(specs: list[SaverSpec], s: Settings, tag: str,
             "steps_per_s_by_round": t.per_round,
             "cpu_ms_per_step": t.cpu * 1000.0 / t.units if t.units else None,
             "server_cpu_ms_per_step": t.server_cpu * 1000.0 / t.units
-            if t.server_cpu is not None and t.units and sessions_db[n] else None,
+            if t.server_cpu is not None and t.units and sessions_db[n]
+            else None,
             "bytes_stored": None if size1[n] is None else size1[n] - (size0[n] or 0),
             "bytes_per_step": (size1[n] - size0[n]) / t.units
-            if size0[n] is not None and size1[n] is not None and t.units else None,
+            if size0[n] is not None and size1[n] is not None and t.units
+            else None,
             "put": latency(rt.get("put", [])),
             "put_writes": latency(rt.get("put_writes", [])),
             "get_tuple_in_run": latency(rt.get("get_tuple", [])),
             "get_tuple": latency(read_times[s.concurrency][n]),
             "get_tuple_sequential": latency(read_times[1][n]),
             "get_tuple_per_s": len(read_times[s.concurrency][n]) / read_wall[n]
-            if read_wall[n] else None,
+            if read_wall[n]
+            else None,
             "history_list_ms": _ms(statistics.median(list_secs[n])),
             "history_checkpoints": list_len[n],
             "partitions": sessions[n].partitions,
@@ -349,8 +373,14 @@ def graph_mode(specs: list[SaverSpec], s: Settings, tag: str,
     return out
 
 
-def raw_mode(specs: list[SaverSpec], s: Settings, recorded: list[tuple], tag: str,
-             loop: asyncio.AbstractEventLoop, log: Callable[[str], None]) -> dict[str, Any]:
+def raw_mode(
+    specs: list[SaverSpec],
+    s: Settings,
+    recorded: list[tuple],
+    tag: str,
+    loop: asyncio.AbstractEventLoop,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     sessions = open_sessions(specs, s, "raw", tag, loop)
     names = list(sessions)
     sessions_db = {n: sess.spec.uses_db for n, sess in sessions.items()}
@@ -365,13 +395,20 @@ def raw_mode(specs: list[SaverSpec], s: Settings, recorded: list[tuple], tag: st
         for r, batch in enumerate(batches):
             for n in _rotations(names, r):
                 sess = sessions[n]
-                sess.timed(tallies[n], functools.partial(sess.replay, batch),
-                           functools.partial(sess.calls, ("put", "put_writes")))
-            log(f"  raw round {r + 1}/{len(batches)}: " + ", ".join(
-                f"{n} {tallies[n].per_round[-1]:.0f}" for n in names) + " calls/s")
+                sess.timed(
+                    tallies[n],
+                    functools.partial(sess.replay, batch),
+                    functools.partial(sess.calls, ("put", "put_writes")),
+                )
+            log(
+                f"  raw round {r + 1}/{len(batches)}: "
+                + ", ".join(f"{n} {tallies[n].per_round[-1]:.0f}" for n in names)
+                + " calls/s"
+            )
         size1 = {n: sess.size() for n, sess in sessions.items()}
-        samples = {n: {k: list(v) for k, v in sess.times.samples.items()}
-                   for n, sess in sessions.items()}
+        samples = {
+            n: {k: list(v) for k, v in sess.times.samples.items()} for n, sess in sessions.items()
+        }
     finally:
         for sess in sessions.values():
             sess.close()
@@ -386,9 +423,11 @@ def raw_mode(specs: list[SaverSpec], s: Settings, recorded: list[tuple], tag: st
             "puts_per_s_by_round": t.per_round,
             "cpu_ms_per_call": t.cpu * 1000.0 / t.units if t.units else None,
             "server_cpu_ms_per_call": t.server_cpu * 1000.0 / t.units
-            if t.server_cpu is not None and t.units and sessions_db[n] else None,
+            if t.server_cpu is not None and t.units and sessions_db[n]
+            else None,
             "bytes_per_call": (size1[n] - size0[n]) / t.units
-            if size0[n] is not None and size1[n] is not None and t.units else None,
+            if size0[n] is not None and size1[n] is not None and t.units
+            else None,
             "put": latency(samples[n].get("put", [])),
             "put_writes": latency(samples[n].get("put_writes", [])),
             "partitions": sessions[n].partitions,
@@ -410,8 +449,9 @@ def proxy_for(url: str) -> tuple[RoundTripProxy, str]:
     return proxy, make_conninfo(**params)
 
 
-def count_round_trips(spec: SaverSpec, s: Settings, recorded: list[tuple], tag: str,
-                      loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+def count_round_trips(
+    spec: SaverSpec, s: Settings, recorded: list[tuple], tag: str, loop: asyncio.AbstractEventLoop
+) -> dict[str, Any]:
     """Sequential pass through the counting relay, on a one-connection pool."""
     proxy, purl = proxy_for(s.url)
     schema = f"lgd_bench_{spec.name.replace('-', '_')}_rt_{tag}"

@@ -85,8 +85,10 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
             a, b = summary[ours].get(key), summary[up].get(key)
             if a and b:
                 pair[label] = a / b if higher else b / a
-        for label, mode, key in (("raw puts/s", "raw", "puts_per_s_by_round"),
-                                 ("graph steps/s", "graph", "steps_per_s_by_round")):
+        for label, mode, key in (
+            ("raw puts/s", "raw", "puts_per_s_by_round"),
+            ("graph steps/s", "graph", "steps_per_s_by_round"),
+        ):
             a = _get(doc["results"][ours], f"{mode}.{key}")
             b = _get(doc["results"][up], f"{mode}.{key}")
             if a and b:
@@ -128,9 +130,7 @@ def _cell(row: dict[str, Any], key: Any, fmt: str) -> str:
         return "-"
     parts = fmt.split("/")
     if len(parts) == len(vals):
-        return "/".join(
-            "-" if v is None else p.format(v) for p, v in zip(parts, vals, strict=True)
-        )
+        return "/".join("-" if v is None else p.format(v) for p, v in zip(parts, vals, strict=True))
     return fmt.format(*vals)
 
 
@@ -173,13 +173,22 @@ def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) ->
         ("raw replay: put+put_writes calls/s", ["raw_puts_per_s"], "db"),
         ("graph: super-steps/s", ["steps_per_s"], "db"),
         ("graph: put latency ms (p50 | p99)", ["put_p50_ms", "put_p99_ms"], None),
-        ("get_tuple latency ms (p50 | p99)\none at a time, then at concurrency C (hatched)",
-         ["get_seq_p50_ms", "get_seq_p99_ms", "get_p50_ms", "get_p99_ms"], "pairs"),
-        ("CPU ms per super-step (client | PostgreSQL backends)",
-         ["cpu_ms_per_step", "server_cpu_ms_per_step"], None),
+        (
+            "get_tuple latency ms (p50 | p99)\none at a time, then at concurrency C (hatched)",
+            ["get_seq_p50_ms", "get_seq_p99_ms", "get_p50_ms", "get_p99_ms"],
+            "pairs",
+        ),
+        (
+            "CPU ms per super-step (client | PostgreSQL backends)",
+            ["cpu_ms_per_step", "server_cpu_ms_per_step"],
+            None,
+        ),
         ("bytes stored per super-step", ["bytes_per_step"], None),
-        ("round trips per call (put | put_writes | get_tuple)",
-         ["rt_put", "rt_put_writes", "rt_get_tuple"], None),
+        (
+            "round trips per call (put | put_writes | get_tuple)",
+            ["rt_put", "rt_put_writes", "rt_get_tuple"],
+            None,
+        ),
         (f"list {doc['settings']['history']} checkpoints: ms", ["history_list_ms"], None),
     ]
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
@@ -206,13 +215,25 @@ def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) ->
                 continue
             any_val = True
             light = j % 2 if only == "pairs" else j > 0
-            bars = ax.bar(xs, hs, width=width * 0.92, color=cs, alpha=0.55 if light else 1.0,
-                          hatch="///" if only == "pairs" and j >= 2 else None,
-                          edgecolor="black", linewidth=0.4)
+            bars = ax.bar(
+                xs,
+                hs,
+                width=width * 0.92,
+                color=cs,
+                alpha=0.55 if light else 1.0,
+                hatch="///" if only == "pairs" and j >= 2 else None,
+                edgecolor="black",
+                linewidth=0.4,
+            )
             for b, h in zip(bars, hs, strict=True):
                 label = f"{h:.0f}" if h >= 100 else (f"{h:.1f}" if h >= 10 else f"{h:.2f}")
-                ax.annotate(label, (b.get_x() + b.get_width() / 2, h), ha="center",
-                            va="bottom", fontsize=7 if len(keys) < 4 else 5.5)
+                ax.annotate(
+                    label,
+                    (b.get_x() + b.get_width() / 2, h),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7 if len(keys) < 4 else 5.5,
+                )
         ax.set_title(title, fontsize=9)
         ax.set_xticks(range(len(shown)))
         ax.set_xticklabels(shown, fontsize=8, rotation=15)

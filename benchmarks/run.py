@@ -40,28 +40,55 @@ DEFAULT_SAVERS = "ours,upstream,ours-async,upstream-async,memory"  # pairs side 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--url", default=os.environ.get("BENCH_PG_URL", DEFAULT_URL),
-                   help="PostgreSQL URL (env BENCH_PG_URL; default %(default)s)")
+    p.add_argument(
+        "--url",
+        default=os.environ.get("BENCH_PG_URL", DEFAULT_URL),
+        help="PostgreSQL URL (env BENCH_PG_URL; default %(default)s)",
+    )
     p.add_argument("--turns", type=int, default=5, help="tool-call turns per thread (K)")
     p.add_argument("--threads", type=int, default=60, help="graph threads per saver (T)")
-    p.add_argument("--concurrency", type=int, default=4,
-                   help="OS threads (sync savers) or asyncio tasks (async savers) (C)")
-    p.add_argument("--savers", default=DEFAULT_SAVERS,
-                   help=f"comma list from: {', '.join(SPECS)} (default: all)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="OS threads (sync savers) or asyncio tasks (async savers) (C)",
+    )
+    p.add_argument(
+        "--savers",
+        default=DEFAULT_SAVERS,
+        help=f"comma list from: {', '.join(SPECS)} (default: all)",
+    )
     p.add_argument("--mode", choices=("graph", "raw", "both"), default="both")
     p.add_argument("--pool-size", type=int, default=4, help="connections per saver pool")
-    p.add_argument("--raw-threads", type=int, default=200,
-                   help="fresh thread ids the recorded call sequence is replayed on (N)")
+    p.add_argument(
+        "--raw-threads",
+        type=int,
+        default=200,
+        help="fresh thread ids the recorded call sequence is replayed on (N)",
+    )
     p.add_argument("--reads", type=int, default=5, help="get_tuple calls per graph thread")
-    p.add_argument("--history", type=int, default=100,
-                   help="checkpoints in the thread whose history is listed")
-    p.add_argument("--durability", choices=("sync", "async", "exit"), default="sync",
-                   help="LangGraph durability mode for graph runs")
-    p.add_argument("--rounds", type=int, default=8,
-                   help="cut the work into this many rounds that visit the savers in turn")
-    p.add_argument("--ours-partitions", type=int, default=0,
-                   help="give our savers' schemas this many extra partitions for past\n"
-                        "epochs (a deployment that has run for a while; default 0)")
+    p.add_argument(
+        "--history", type=int, default=100, help="checkpoints in the thread whose history is listed"
+    )
+    p.add_argument(
+        "--durability",
+        choices=("sync", "async", "exit"),
+        default="sync",
+        help="LangGraph durability mode for graph runs",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=8,
+        help="cut the work into this many rounds that visit the savers in turn",
+    )
+    p.add_argument(
+        "--ours-partitions",
+        type=int,
+        default=0,
+        help="give our savers' schemas this many extra partitions for past\n"
+        "epochs (a deployment that has run for a while; default 0)",
+    )
     p.add_argument("--no-round-trips", action="store_true", help="skip the round-trip pass")
     p.add_argument("--out", default=str(HERE / "results"), help="output directory")
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke run (<1 min)")
@@ -79,8 +106,15 @@ def environment(url: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "packages": {},
     }
-    for pkg in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres",
-                "psycopg", "psycopg-binary", "psycopg-pool", "langgraph-durable"):
+    for pkg in (
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-postgres",
+        "psycopg",
+        "psycopg-binary",
+        "psycopg-pool",
+        "langgraph-durable",
+    ):
         try:
             env["packages"][pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -90,17 +124,31 @@ def environment(url: str) -> dict[str, Any]:
             env["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
             for name in ("shared_buffers", "synchronous_commit", "fsync", "max_connections"):
                 env.setdefault("postgres_settings", {})[name] = conn.execute(
-                    f"SHOW {name}").fetchone()[0]
+                    f"SHOW {name}"
+                ).fetchone()[0]
     except Exception as exc:  # noqa: BLE001
         env["postgres"] = f"unavailable: {exc}"
     try:
-        env["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-            text=True, timeout=5).stdout.strip() or None
+        env["git_commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=HERE,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
         # Whether the measured package differs from that commit.
-        env["package_modified"] = bool(subprocess.run(
-            ["git", "status", "--porcelain", "--", "langgraph_durable"], cwd=HERE.parent,
-            capture_output=True, text=True, timeout=5).stdout.strip())
+        env["package_modified"] = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--", "langgraph_durable"],
+                cwd=HERE.parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+        )
     except Exception:  # noqa: BLE001
         env["git_commit"] = None
     return env
@@ -128,16 +176,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     settings = measure.Settings(
-        url=args.url, turns=args.turns, threads=args.threads, concurrency=args.concurrency,
-        pool_size=args.pool_size, raw_threads=args.raw_threads, reads=args.reads,
-        history=args.history, durability=args.durability, rounds=args.rounds,
+        url=args.url,
+        turns=args.turns,
+        threads=args.threads,
+        concurrency=args.concurrency,
+        pool_size=args.pool_size,
+        raw_threads=args.raw_threads,
+        reads=args.reads,
+        history=args.history,
+        durability=args.durability,
+        rounds=args.rounds,
         ours_partitions=args.ours_partitions,
     )
     started = time.time()
     recorded = record_calls(args.turns, args.durability)
     n_put = sum(1 for c in recorded if c[0] == "put")
-    log(f"recorded one {args.turns}-turn thread: {n_put} put + "
-        f"{len(recorded) - n_put} put_writes calls")
+    log(
+        f"recorded one {args.turns}-turn thread: {n_put} put + "
+        f"{len(recorded) - n_put} put_writes calls"
+    )
 
     specs = [SPECS[n] for n in names]
     results: dict[str, dict[str, Any]] = {n: {} for n in names}
@@ -160,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 rt = measure.count_round_trips(spec, settings, recorded, tag, loop)
                 results[spec.name]["round_trips"] = rt
-                log(f"round trips {spec.name:15s} " + " ".join(
-                    f"{k}={v['round_trips']:.2f}" for k, v in rt.items()))
+                log(
+                    f"round trips {spec.name:15s} "
+                    + " ".join(f"{k}={v['round_trips']:.2f}" for k, v in rt.items())
+                )
     finally:
         loop.close()
 
@@ -169,8 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {k: v for k, v in vars(settings).items() if k != "url"}
-        | {"mode": args.mode, "savers": names,
-           "recorded_puts": n_put, "recorded_put_writes": len(recorded) - n_put},
+        | {
+            "mode": args.mode,
+            "savers": names,
+            "recorded_puts": n_put,
+            "recorded_put_writes": len(recorded) - n_put,
+        },
         "environment": environment(args.url),
         "skipped": skipped,
         "results": results,
@@ -188,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     report.chart(doc, summary, str(ppath))
     mpath = out / f"bench-{stamp}.md"
     mpath.write_text(
-        f"`{doc['command']}`\n\n" + report.markdown_table(summary) + "\n\n"
-        + "\n".join(f"- {line}" for line in report.ratio_lines(doc["ratios"])) + "\n"
+        f"`{doc['command']}`\n\n"
+        + report.markdown_table(summary)
+        + "\n\n"
+        + "\n".join(f"- {line}" for line in report.ratio_lines(doc["ratios"]))
+        + "\n"
     )
     for src, name in ((jpath, "latest.json"), (ppath, "latest.png"), (mpath, "latest.md")):
         shutil.copyfile(src, out / name)

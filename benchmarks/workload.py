@@ -23,6 +23,7 @@ from typing_extensions import TypedDict
 AI_BYTES = 1500
 TOOL_BYTES = 2000
 
+
 def _vocabulary(n: int = 2000) -> list[str]:
     rng = random.Random(1234)
     letters = "eeeeeeeeeeeettttttttaaaaaaaoooooooiiiiiinnnnnnssssssrrrrrhhhhhlllldddcccuummfpgwybvk"

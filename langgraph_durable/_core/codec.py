@@ -9,9 +9,10 @@ so every backend stores and reads the same shapes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     ChannelVersions,
@@ -207,7 +208,9 @@ class CheckpointCodec:
                 channel=ch,
                 version=str(ver),
                 sealed=self.pipeline.seal(
-                    RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)),
+                    RecordIdentity(
+                        key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)
+                    ),
                     blob_values[ch],
                 ),
             )
@@ -257,8 +260,13 @@ class CheckpointCodec:
                     channel=channel,
                     sealed=self.pipeline.seal(
                         RecordIdentity(
-                            key.tenant, key.thread, key.ns, RecordKind.WRITE,
-                            checkpoint_id, task_id, str(index),
+                            key.tenant,
+                            key.thread,
+                            key.ns,
+                            RecordKind.WRITE,
+                            checkpoint_id,
+                            task_id,
+                            str(index),
                         ),
                         value,
                     ),
@@ -299,8 +307,13 @@ class CheckpointCodec:
                 channel,
                 self.pipeline.open(
                     RecordIdentity(
-                        tenant, thread, ns, RecordKind.WRITE,
-                        stored.checkpoint_id, task_id, str(idx),
+                        tenant,
+                        thread,
+                        ns,
+                        RecordKind.WRITE,
+                        stored.checkpoint_id,
+                        task_id,
+                        str(idx),
                     ),
                     sealed,
                 ),
@@ -340,7 +353,7 @@ class CheckpointCodec:
         versions[TASKS] = max(versions.values()) if versions else "1"
 
     @staticmethod
-    def config(key: ThreadKey, checkpoint_id: str) -> dict[str, Any]:
+    def config(key: ThreadKey, checkpoint_id: str) -> RunnableConfig:
         """The config that addresses one checkpoint."""
         configurable: dict[str, Any] = {
             "thread_id": key.thread,
@@ -349,7 +362,7 @@ class CheckpointCodec:
         }
         if key.echo_tenant:
             configurable["tenant_id"] = key.tenant
-        return {"configurable": configurable}
+        return cast(RunnableConfig, {"configurable": configurable})
 
     @staticmethod
     def _body_identity(key: ThreadKey, checkpoint_id: str) -> RecordIdentity:
@@ -360,7 +373,7 @@ class CheckpointCodec:
         return RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.METADATA, checkpoint_id)
 
 
-def tenant_from_config(config: dict[str, Any] | None) -> str | None:
+def tenant_from_config(config: Mapping[str, Any] | None) -> str | None:
     """The default tenant resolver: ``config["configurable"]["tenant_id"]`` if set."""
     if not config:
         return None
@@ -369,7 +382,7 @@ def tenant_from_config(config: dict[str, Any] | None) -> str | None:
 
 
 def thread_key(
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     tenant: str | None,
     default_tenant: str,
     *,

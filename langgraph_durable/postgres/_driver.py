@@ -95,9 +95,13 @@ class SyncConnector:
         if isinstance(conn, str):
             try:
                 conn = ConnectionPool(
-                    _check_url(conn), min_size=1, max_size=options.pool_size,
+                    _check_url(conn),
+                    min_size=1,
+                    max_size=options.pool_size,
                     timeout=options.pool_timeout,
-                    kwargs={"autocommit": True}, open=True, name="langgraph-durable",
+                    kwargs={"autocommit": True},
+                    open=True,
+                    name="langgraph-durable",
                 )
             except Exception as exc:
                 raise translate(exc) from exc
@@ -171,6 +175,7 @@ def _execute(connector: SyncConnector, op: Operation[Any], stepper: Stepper) -> 
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
     else:
+
         def execute(q: Query) -> Any:
             with connector.connection() as conn:
                 return connector.execute(conn, q)
@@ -206,9 +211,13 @@ class AsyncConnector:
         self._lock: asyncio.Lock | None = None
         if isinstance(conn, str):
             conn = AsyncConnectionPool(
-                _check_url(conn), min_size=1, max_size=options.pool_size,
+                _check_url(conn),
+                min_size=1,
+                max_size=options.pool_size,
                 timeout=options.pool_timeout,
-                kwargs={"autocommit": True}, open=False, name="langgraph-durable",
+                kwargs={"autocommit": True},
+                open=False,
+                name="langgraph-durable",
             )
             self.owns = True
             self._opened = False
@@ -289,6 +298,7 @@ async def _aexecute(
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
     else:
+
         async def execute(q: Query) -> Any:
             async with connector.connection() as conn:
                 return await connector.execute(conn, q)

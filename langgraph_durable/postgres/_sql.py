@@ -24,17 +24,17 @@ import json
 import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langgraph.checkpoint.serde.types import TASKS
 
-from .._core.epochs import EpochCache
 from .._core.codec import (
     CheckpointCodec,
     StoredCheckpoint,
     ThreadKey,
     encode_filter,
 )
+from .._core.epochs import EpochCache
 from .._core.records import Sealed
 from .._core.sansio import Emit, Operation
 from ..errors import (
@@ -210,7 +210,8 @@ class PostgresOps:
         self._s = s
         self._lock_key = f"langgraph_durable:{self.schema}"
         thread_epoch = (
-            f"(SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s)"
+            f"(SELECT epoch FROM {s}.threads "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s)"
         )
         self._thread_epoch = thread_epoch
         # The thread's registry row: read it, create it on the first write, and
@@ -263,8 +264,7 @@ class PostgresOps:
         )
         self.INSERT_WRITES_SQL = writes_head + "DO NOTHING) SELECT epoch FROM t"
         self.UPSERT_WRITES_SQL = (
-            writes_head
-            + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+            writes_head + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
             "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) SELECT epoch FROM t"
         )
         # The columns of a stored checkpoint with its blobs, writes and (for
@@ -409,7 +409,10 @@ class PostgresOps:
             for statement in _split_statements(script):
                 yield Query(statement, (), "none", False)
             yield Query(
-                f"INSERT INTO {s}.schema_migrations (version) VALUES (%s)", (version,), "none", False
+                f"INSERT INTO {s}.schema_migrations (version) VALUES (%s)",
+                (version,),
+                "none",
+                False,
             )
             applied.append(version)
         yield Query(
@@ -434,13 +437,25 @@ class PostgresOps:
 
     # ---- writes --------------------------------------------------------------
 
-    def put(self, key: ThreadKey, config: dict[str, Any], checkpoint: Any, metadata: Any,
-            new_versions: Any) -> Operation[dict[str, Any]]:
+    def put(
+        self,
+        key: ThreadKey,
+        config: dict[str, Any],
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Operation[Any]:
         """Store a checkpoint with its new blobs: one statement, one round trip."""
         return Operation(self._put(key, config, checkpoint, metadata, new_versions))
 
-    def _put(self, key: ThreadKey, config: dict[str, Any], checkpoint: Any, metadata: Any,
-             new_versions: Any) -> Generator[Any, Any, dict[str, Any]]:
+    def _put(
+        self,
+        key: ThreadKey,
+        config: dict[str, Any],
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Generator[Any, Any, Any]:
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         params = {
             "tenant": rec.tenant,
@@ -466,14 +481,25 @@ class PostgresOps:
         self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
         return self.codec.config(key, rec.checkpoint_id)
 
-    def put_writes(self, key: ThreadKey, checkpoint_id: str, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str) -> Operation[None]:
+    def put_writes(
+        self,
+        key: ThreadKey,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Operation[None]:
         """Store a task's pending writes: one statement, one round trip."""
         return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
 
-    def _put_writes(self, key: ThreadKey, checkpoint_id: str,
-                    writes: Sequence[tuple[str, Any]], task_id: str,
-                    task_path: str) -> Generator[Any, Any, None]:
+    def _put_writes(
+        self,
+        key: ThreadKey,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Generator[Any, Any, None]:
         if not writes:
             return None
         records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task_id, task_path)
@@ -539,9 +565,17 @@ class PostgresOps:
         self.epochs.remember(key.tenant, key.thread, row[-1])
         return self.codec.decode(key, _stored(row))
 
-    def list(self, tenant: str, thread: str | None, ns: str | None, checkpoint_id: str | None,
-             filter: dict[str, Any] | None, before_id: str | None,
-             limit: int | None, echo_tenant: bool) -> Operation[None]:
+    def list(
+        self,
+        tenant: str,
+        thread: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        limit: int | None,
+        echo_tenant: bool,
+    ) -> Operation[None]:
         """Stream matching checkpoints newest first, a page per round trip.
 
         ``thread`` None lists across threads of the tenant; ``ns`` None across
@@ -551,9 +585,17 @@ class PostgresOps:
             self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
         )
 
-    def _list(self, tenant: str, thread: str | None, ns: str | None, checkpoint_id: str | None,
-              filter: dict[str, Any] | None, before_id: str | None, limit: int | None,
-              echo_tenant: bool) -> Generator[Any, Any, None]:
+    def _list(
+        self,
+        tenant: str,
+        thread: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        limit: int | None,
+        echo_tenant: bool,
+    ) -> Generator[Any, Any, None]:
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
@@ -565,7 +607,9 @@ class PostgresOps:
         known = None if thread is None else self.epochs.get(tenant, thread)
         if thread is not None:
             wheres.append("thread_id = %(thread)s")
-            wheres.append("epoch = %(epoch)s" if known is not None else f"epoch = {self._thread_epoch}")
+            wheres.append(
+                "epoch = %(epoch)s" if known is not None else f"epoch = {self._thread_epoch}"
+            )
             params["thread"] = thread
             if known is not None:
                 params["epoch"] = known
@@ -589,7 +633,10 @@ class PostgresOps:
             page = LIST_PAGE_SIZE if remaining is None else min(remaining, LIST_PAGE_SIZE)
             where = base_where
             if cursor is not None:
-                where += " AND (checkpoint_id, thread_id, checkpoint_ns) < (%(c_id)s, %(c_thread)s, %(c_ns)s)"
+                where += (
+                    " AND (checkpoint_id, thread_id, checkpoint_ns)"
+                    " < (%(c_id)s, %(c_thread)s, %(c_ns)s)"
+                )
                 params["c_id"], params["c_thread"], params["c_ns"] = cursor
             params["page"] = page
             if known is not None:
@@ -610,8 +657,9 @@ class PostgresOps:
             if not rows and cursor is None and known is not None and thread is not None:
                 # Nothing under the remembered epoch: it may be stale; look again.
                 self.epochs.forget(tenant, thread)
-                yield from self._list(tenant, thread, ns, checkpoint_id, filter, before_id,
-                                      limit, echo_tenant)
+                yield from self._list(
+                    tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant
+                )
                 return None
             for row in rows:
                 stored = _stored(row)
@@ -659,8 +707,10 @@ class PostgresOps:
         yield self._ensure_current_partitions()
         p = {"tenant": tenant, "source": source, "target": target}
         row = yield Query(
-            f"SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s AND thread_id = %(source)s",
-            p, "one",
+            f"SELECT epoch FROM {s}.threads "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(source)s",
+            p,
+            "one",
         )
         if row is None:
             return None
@@ -670,7 +720,8 @@ class PostgresOps:
             f"VALUES (%(tenant)s, %(target)s, {s}.current_epoch()) "
             "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now() "
             "RETURNING t.epoch",
-            p, "one",
+            p,
+            "one",
         )
         p["dst_epoch"] = row[0]
         src = "tenant_id = %(tenant)s AND thread_id = %(source)s AND epoch = %(src_epoch)s"
@@ -706,11 +757,13 @@ class PostgresOps:
             raise InvalidInputError(
                 f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
             )
-        return Operation(self._prune(tenant, [str(t) for t in thread_ids], strategy),
-                         transaction=True)
+        return Operation(
+            self._prune(tenant, [str(t) for t in thread_ids], strategy), transaction=True
+        )
 
-    def _prune(self, tenant: str, thread_ids: list[str], strategy: str
-               ) -> Generator[Any, Any, None]:
+    def _prune(
+        self, tenant: str, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Any, Any, None]:
         s = self._s
         for thread_id in thread_ids:
             p = {"tenant": tenant, "thread": thread_id}
@@ -721,7 +774,8 @@ class PostgresOps:
             row = yield Query(
                 f"SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s "
                 "AND thread_id = %(thread)s FOR UPDATE",
-                p, "one",
+                p,
+                "one",
             )
             if row is None:
                 continue
@@ -730,7 +784,8 @@ class PostgresOps:
             delta = yield Query(
                 f"SELECT EXISTS (SELECT 1 FROM {s}.checkpoints WHERE {mine} "
                 "AND metadata_index ? 'counters_since_delta_snapshot')",
-                p, "one",
+                p,
+                "one",
             )
             if delta[0]:
                 raise UnsupportedOperationError(
@@ -763,7 +818,8 @@ class PostgresOps:
                 f"DELETE FROM {s}.blobs b WHERE b.tenant_id = %(tenant)s "
                 "AND b.thread_id = %(thread)s AND b.epoch = %(epoch)s AND NOT EXISTS ("
                 f"SELECT 1 FROM {s}.checkpoints c "
-                "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+                "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) "
+                "AS r(channel, version) "
                 "WHERE c.tenant_id = %(tenant)s AND c.thread_id = %(thread)s "
                 "AND c.epoch = %(epoch)s AND c.checkpoint_ns = b.checkpoint_ns "
                 "AND r.channel = b.channel AND r.version = b.version)",
@@ -805,18 +861,54 @@ def _split_statements(script: str) -> list[str]:
 def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> list[Sealed | None]:
     if not types:
         return []
-    return [None if b is None else Sealed(t, bytes(b)) for t, b in zip(types, blobs or [])]
+    return [
+        None if b is None else Sealed(t, bytes(b)) for t, b in zip(types, blobs or [], strict=True)
+    ]
 
 
 def _stored(row: Sequence[Any]) -> StoredCheckpoint:
-    (thread, ns, checkpoint_id, parent, c_type, c_data, m_type, m_data,
-     b_channels, b_versions, b_types, b_blobs,
-     w_tasks, w_paths, w_idxs, w_channels, w_types, w_blobs,
-     s_tasks, s_paths, s_idxs, s_types, s_blobs, _epoch) = row
-    blobs = list(zip(b_channels or [], b_versions or [], _sealed_list(b_types, b_blobs)))
-    writes = list(zip(w_tasks or [], w_paths or [], w_idxs or [], w_channels or [],
-                      _sealed_list(w_types, w_blobs)))
-    sends = list(zip(s_tasks or [], s_paths or [], s_idxs or [], _sealed_list(s_types, s_blobs)))
+    (
+        thread,
+        ns,
+        checkpoint_id,
+        parent,
+        c_type,
+        c_data,
+        m_type,
+        m_data,
+        b_channels,
+        b_versions,
+        b_types,
+        b_blobs,
+        w_tasks,
+        w_paths,
+        w_idxs,
+        w_channels,
+        w_types,
+        w_blobs,
+        s_tasks,
+        s_paths,
+        s_idxs,
+        s_types,
+        s_blobs,
+        _epoch,
+    ) = row
+    blobs = list(
+        zip(b_channels or [], b_versions or [], _sealed_list(b_types, b_blobs), strict=True)
+    )
+    writes = list(
+        zip(
+            w_tasks or [],
+            w_paths or [],
+            w_idxs or [],
+            w_channels or [],
+            _sealed_list(w_types, w_blobs),
+            strict=True,
+        )
+    )
+    sends = list(
+        zip(s_tasks or [], s_paths or [], s_idxs or [], _sealed_list(s_types, s_blobs), strict=True)
+    )
     return StoredCheckpoint(
         thread=thread,
         ns=ns,
@@ -825,6 +917,6 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         body=Sealed(c_type, bytes(c_data)),
         metadata=Sealed(m_type, bytes(m_data)),
         blobs=blobs,
-        writes=writes,
-        parent_sends=sends,
+        writes=cast("list[tuple[str, str, int, str, Sealed]]", writes),
+        parent_sends=cast("list[tuple[str, str, int, Sealed]]", sends),
     )

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -70,7 +70,9 @@ class PostgresOptions:
                 f"partition_days must be an integer from 1 to 3660, got {self.partition_days!r}"
             )
         if not isinstance(self.pool_size, int) or self.pool_size < 1:
-            raise ConfigurationError(f"pool_size must be a positive integer, got {self.pool_size!r}")
+            raise ConfigurationError(
+                f"pool_size must be a positive integer, got {self.pool_size!r}"
+            )
         if not isinstance(self.pool_timeout, (int, float)) or self.pool_timeout <= 0:
             raise ConfigurationError(
                 f"pool_timeout must be a positive number of seconds, got {self.pool_timeout!r}"
@@ -152,7 +154,7 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:
         clone = super().with_allowlist(extra_allowlist)
         if clone is not self:
-            clone._build_ops()
+            cast(_PostgresSaverBase, clone)._build_ops()
         return clone
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
@@ -176,12 +178,22 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
     def _setup_op(self) -> Operation[list[int]]:
         return self._ops.setup(self.options.partition_days)
 
-    def _put_op(self, config: RunnableConfig, checkpoint: Checkpoint,
-                metadata: CheckpointMetadata, new_versions: ChannelVersions) -> Operation[Any]:
+    def _put_op(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Operation[Any]:
         return self._ops.put(self._key(config), config, checkpoint, metadata, new_versions)  # type: ignore[arg-type]
 
-    def _put_writes_op(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                       task_id: str, task_path: str) -> Operation[None]:
+    def _put_writes_op(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Operation[None]:
         key = self._key(config)
         checkpoint_id = config["configurable"].get("checkpoint_id")
         if not checkpoint_id:
@@ -195,8 +207,13 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
         key = self._key(config)
         return self._ops.get_tuple(key, config["configurable"].get("checkpoint_id"))
 
-    def _list_op(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
-                 before: RunnableConfig | None, limit: int | None) -> Operation[None]:
+    def _list_op(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Operation[None]:
         configurable = (config or {}).get("configurable") or {}
         thread = configurable.get("thread_id")
         ns = configurable.get("checkpoint_ns")
@@ -221,8 +238,9 @@ class _PostgresSaverBase(BaseCheckpointSaver[str]):
     def _copy_thread_op(self, source: str, target: str, tenant_id: str | None) -> Operation[None]:
         return self._ops.copy_thread(self._tenant_of(None, tenant_id), str(source), str(target))
 
-    def _prune_op(self, thread_ids: Sequence[str], strategy: str,
-                  tenant_id: str | None) -> Operation[None]:
+    def _prune_op(
+        self, thread_ids: Sequence[str], strategy: str, tenant_id: str | None
+    ) -> Operation[None]:
         return self._ops.prune(self._tenant_of(None, tenant_id), thread_ids, strategy)
 
 
@@ -290,12 +308,22 @@ class PostgresSaver(_PostgresSaverBase):
     ) -> Iterator[CheckpointTuple]:
         return _driver.iterate(self._conn, self._list_op(config, filter, before, limit))
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint,
-            metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         return _driver.run(self._conn, self._put_op(config, checkpoint, metadata, new_versions))
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         _driver.run(self._conn, self._put_writes_op(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
@@ -304,12 +332,18 @@ class PostgresSaver(_PostgresSaverBase):
     def delete_for_runs(self, run_ids: Sequence[str], *, tenant_id: str | None = None) -> None:
         _driver.run(self._conn, self._delete_for_runs_op(run_ids, tenant_id))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str, *,
-                    tenant_id: str | None = None) -> None:
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
+    ) -> None:
         _driver.run(self._conn, self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
-              tenant_id: str | None = None) -> None:
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        tenant_id: str | None = None,
+    ) -> None:
         _driver.run(self._conn, self._prune_op(thread_ids, strategy, tenant_id))
 
 
@@ -327,8 +361,9 @@ class AsyncPostgresSaver(_PostgresSaverBase):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(cls, conn_string: str, **kwargs: Any
-                               ) -> AsyncIterator[AsyncPostgresSaver]:
+    async def from_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[AsyncPostgresSaver]:
         """A saver on its own pool for ``conn_string``, closed on exit."""
         saver = cls(conn_string, **kwargs)
         saver._bind_loop()
@@ -364,36 +399,55 @@ class AsyncPostgresSaver(_PostgresSaverBase):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         self._bind_loop()
-        async for item in _driver.aiterate(self._conn, self._list_op(config, filter, before, limit)):
+        async for item in _driver.aiterate(
+            self._conn, self._list_op(config, filter, before, limit)
+        ):
             yield item
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         self._bind_loop()
         return await _driver.arun(
             self._conn, self._put_op(config, checkpoint, metadata, new_versions)
         )
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         self._bind_loop()
         await _driver.arun(self._conn, self._put_writes_op(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
         await _driver.arun(self._conn, self._delete_thread_op(thread_id, tenant_id))
 
-    async def adelete_for_runs(self, run_ids: Sequence[str], *,
-                               tenant_id: str | None = None) -> None:
+    async def adelete_for_runs(
+        self, run_ids: Sequence[str], *, tenant_id: str | None = None
+    ) -> None:
         await _driver.arun(self._conn, self._delete_for_runs_op(run_ids, tenant_id))
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str, *,
-                           tenant_id: str | None = None) -> None:
+    async def acopy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
+    ) -> None:
         await _driver.arun(
             self._conn, self._copy_thread_op(source_thread_id, target_thread_id, tenant_id)
         )
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
-                     tenant_id: str | None = None) -> None:
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        tenant_id: str | None = None,
+    ) -> None:
         await _driver.arun(self._conn, self._prune_op(thread_ids, strategy, tenant_id))
 
     # ---- sync access from other threads --------------------------------------
@@ -433,14 +487,24 @@ class AsyncPostgresSaver(_PostgresSaverBase):
 
         yield from self._call_on_loop(collect())
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint,
-            metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         return self._call_on_loop(  # type: ignore[no-any-return]
             self.aput(config, checkpoint, metadata, new_versions)
         )
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         self._call_on_loop(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
@@ -449,11 +513,18 @@ class AsyncPostgresSaver(_PostgresSaverBase):
     def delete_for_runs(self, run_ids: Sequence[str], *, tenant_id: str | None = None) -> None:
         self._call_on_loop(self.adelete_for_runs(run_ids, tenant_id=tenant_id))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str, *,
-                    tenant_id: str | None = None) -> None:
-        self._call_on_loop(self.acopy_thread(source_thread_id, target_thread_id,
-                                             tenant_id=tenant_id))
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
+    ) -> None:
+        self._call_on_loop(
+            self.acopy_thread(source_thread_id, target_thread_id, tenant_id=tenant_id)
+        )
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
-              tenant_id: str | None = None) -> None:
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        tenant_id: str | None = None,
+    ) -> None:
         self._call_on_loop(self.aprune(thread_ids, strategy=strategy, tenant_id=tenant_id))

@@ -37,12 +37,20 @@ def checkpoint(**values: Any) -> dict[str, Any]:
 
 
 def test_primitives_stay_inline_and_objects_become_blobs() -> None:
-    cp = checkpoint(count=3, name="x", flag=True, nothing=None, messages=[1, 2], snap=_DeltaSnapshot([1]))
+    cp = checkpoint(
+        count=3, name="x", flag=True, nothing=None, messages=[1, 2], snap=_DeltaSnapshot([1])
+    )
     rec = codec().encode_checkpoint(KEY, {"configurable": {}}, cp, {}, cp["channel_versions"])
     assert {b.channel for b in rec.blobs} == {"messages", "snap"}
     assert {c for c, _ in rec.blob_refs} == {"messages", "snap"}
     body = codec().pipeline.open(None, rec.body)  # type: ignore[arg-type]
-    assert body["channel_values"] == {"count": 3, "name": "x", "flag": True, "nothing": None, "snap": True}
+    assert body["channel_values"] == {
+        "count": 3,
+        "name": "x",
+        "flag": True,
+        "nothing": None,
+        "snap": True,
+    }
 
 
 def test_only_new_versions_are_written_as_blobs() -> None:
@@ -57,27 +65,37 @@ def test_round_trip_through_stored_parts() -> None:
     c = codec()
     cp = checkpoint(count=3, messages=["a", "b"])
     config = {"configurable": {"thread_id": "t1", "checkpoint_id": "parent-1", "run_id": "r1"}}
-    rec = c.encode_checkpoint(KEY, config, cp, {"source": "loop", "step": 1}, cp["channel_versions"])
+    rec = c.encode_checkpoint(
+        KEY, config, cp, {"source": "loop", "step": 1}, cp["channel_versions"]
+    )
     writes, replace = c.encode_writes(KEY, cp["id"], [("a", 1), ("b", {"x": 2})], "task-2", "p2")
     assert not replace
     early, _ = c.encode_writes(KEY, cp["id"], [("c", 3)], "task-1", "p1")
     stored = StoredCheckpoint(
-        thread="t1", ns="", checkpoint_id=cp["id"], parent_checkpoint_id="parent-1",
-        body=rec.body, metadata=rec.metadata,
+        thread="t1",
+        ns="",
+        checkpoint_id=cp["id"],
+        parent_checkpoint_id="parent-1",
+        body=rec.body,
+        metadata=rec.metadata,
         blobs=[(b.channel, b.version, b.sealed) for b in rec.blobs],
         writes=[(w.task_id, w.task_path, w.idx, w.channel, w.sealed) for w in writes + early],
     )
     tup = c.decode(KEY, stored)
     assert tup.checkpoint["channel_values"] == {"count": 3, "messages": ["a", "b"]}
     assert tup.metadata["source"] == "loop" and tup.metadata["run_id"] == "r1"
-    assert tup.parent_config == {"configurable": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "parent-1"}}
+    assert tup.parent_config == {
+        "configurable": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "parent-1"}
+    }
     # writes_sort_key order: task_path first
     assert tup.pending_writes == [("task-1", "c", 3), ("task-2", "a", 1), ("task-2", "b", {"x": 2})]
     assert rec.run_id == "r1"
 
 
 def test_special_writes_use_fixed_indexes_and_replace() -> None:
-    records, replace = codec().encode_writes(KEY, "c1", [(ERROR, "boom"), (INTERRUPT, "x")], "t", "")
+    records, replace = codec().encode_writes(
+        KEY, "c1", [(ERROR, "boom"), (INTERRUPT, "x")], "t", ""
+    )
     assert replace
     assert [r.idx for r in records] == [WRITES_IDX_MAP[ERROR], WRITES_IDX_MAP[INTERRUPT]]
 
@@ -126,7 +144,9 @@ def _requests(op: Any, results: list[Any]) -> list[Any]:
 def test_put_put_writes_and_get_tuple_are_one_statement_each() -> None:
     ops = PostgresOps("s", codec())
     cp = checkpoint(messages=[1])
-    put = _requests(ops.put(KEY, {"configurable": {"thread_id": "t1"}}, cp, {}, cp["channel_versions"]), [(7,)])
+    put = _requests(
+        ops.put(KEY, {"configurable": {"thread_id": "t1"}}, cp, {}, cp["channel_versions"]), [(7,)]
+    )
     assert len(put) == 1 and isinstance(put[0], Query)
     assert ops.epochs.get("acme", "t1") == 7  # the write taught it the thread's epoch
     writes = _requests(ops.put_writes(KEY, cp["id"], [("a", 1), ("b", 2)], "task", ""), [(7,)])

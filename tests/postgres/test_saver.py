@@ -26,7 +26,9 @@ from langgraph_durable.postgres._sql import MIGRATIONS
 ALL_MIGRATIONS = list(range(1, len(MIGRATIONS) + 1))
 
 
-def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:
+def cfg(
+    thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any
+) -> dict[str, Any]:
     c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **extra}
     if checkpoint_id:
         c["checkpoint_id"] = checkpoint_id
@@ -45,7 +47,9 @@ def put_chain(saver: PostgresSaver, thread: str, n: int, **extra: Any) -> list[d
         cp = make_cp(step=i, payload={"i": i})
         cp["channel_versions"] = {"step": next_version(None), "payload": f"{i + 1:032}.0"}
         parent = saver.put(
-            cfg(thread, checkpoint_id=parent, **extra), cp, {"step": i, "source": "loop"},
+            cfg(thread, checkpoint_id=parent, **extra),
+            cp,
+            {"step": i, "source": "loop"},
             {"step": cp["channel_versions"]["step"], "payload": cp["channel_versions"]["payload"]},
         )["configurable"]["checkpoint_id"]
         configs.append(cfg(thread, checkpoint_id=parent, **extra))
@@ -115,7 +119,9 @@ def test_list_pages_filters_and_limits(saver: PostgresSaver) -> None:
     before = [t.checkpoint["id"] for t in saver.list(cfg("long"), before=configs[10], limit=3)]
     assert before == ids[9:6:-1]
     assert [t.metadata["step"] for t in saver.list(cfg("long"), filter={"step": 7})] == [7]
-    assert list(saver.list(None, filter={"step": 7, "source": "loop"}))[0].checkpoint["id"] == ids[7]
+    assert (
+        list(saver.list(None, filter={"step": 7, "source": "loop"}))[0].checkpoint["id"] == ids[7]
+    )
     # a streaming listing can be abandoned, and the saver still works
     it = saver.list(cfg("long"))
     next(it)
@@ -139,7 +145,9 @@ def test_unchanged_blob_survives_keep_latest(saver: PostgresSaver) -> None:
         new = {"counter": cp["channel_versions"]["counter"]}
         if i == 0:
             new["big"] = big_version  # written once, referenced by every later checkpoint
-        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"]["checkpoint_id"]
+        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"][
+            "checkpoint_id"
+        ]
     saver.prune(["t"], strategy="keep_latest")
     (only,) = list(saver.list(cfg("t")))
     assert only.metadata == {}
@@ -174,13 +182,15 @@ def test_bad_input_gets_our_errors_and_loses_nothing(saver: PostgresSaver) -> No
 def test_missing_setup_and_unreachable_database() -> None:
     with pytest.raises(StorageUnavailableError):
         with PostgresSaver.from_conn_string(
-            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1", pool_size=1,
+            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1",
+            pool_size=1,
             pool_timeout=2.0,
         ) as s:
             s.get_tuple(cfg("t"))
     with pytest.raises(StorageUnavailableError):  # a transactional operation too
         with PostgresSaver.from_conn_string(
-            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1", pool_size=1,
+            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=1",
+            pool_size=1,
             pool_timeout=2.0,
         ) as s:
             s.setup()
@@ -196,15 +206,20 @@ def test_use_before_setup_is_a_schema_error(pg_url: str, pg_schema: str) -> None
             s.get_tuple(cfg("t"))
 
 
-def test_a_new_time_bucket_gets_its_partition_on_first_write(saver: PostgresSaver, pg_url: str) -> None:
+def test_a_new_time_bucket_gets_its_partition_on_first_write(
+    saver: PostgresSaver, pg_url: str
+) -> None:
     put_chain(saver, "old", 1)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         # Narrow the bucket: "now" falls into an epoch that has no partition yet.
-        conn.execute(f"UPDATE \"{saver.schema}\".settings SET value = '1' WHERE key = 'partition_days'")
+        conn.execute(
+            f"UPDATE \"{saver.schema}\".settings SET value = '1' WHERE key = 'partition_days'"
+        )
         before = conn.execute(
             "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind = 'r'", (saver.schema,)
+            "WHERE n.nspname = %s AND c.relkind = 'r'",
+            (saver.schema,),
         ).fetchone()[0]
     put_chain(saver, "new", 2)
     assert len(list(saver.list(cfg("new")))) == 2
@@ -213,7 +228,8 @@ def test_a_new_time_bucket_gets_its_partition_on_first_write(saver: PostgresSave
         after = conn.execute(
             "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind = 'r'", (saver.schema,)
+            "WHERE n.nspname = %s AND c.relkind = 'r'",
+            (saver.schema,),
         ).fetchone()[0]
     assert after == before + 3
 
@@ -282,7 +298,9 @@ def test_concurrent_writers_on_one_thread(saver: PostgresSaver) -> None:
     assert len(list(saver.list(cfg("shared") | {"configurable": {"thread_id": "shared"}}))) == 80
 
 
-def test_partitions_compress_payloads_with_lz4_when_available(saver: PostgresSaver, pg_url: str) -> None:
+def test_partitions_compress_payloads_with_lz4_when_available(
+    saver: PostgresSaver, pg_url: str
+) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         lz4 = conn.execute(
             "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
@@ -311,19 +329,21 @@ def test_odd_channel_names_round_trip(saver: PostgresSaver) -> None:
     assert [(c, v) for _, c, v in tup.pending_writes] == [(n, n) for n in names]
 
 
-def test_a_thread_deleted_and_started_again_elsewhere_is_found(
-    pg_url: str, pg_schema: str
-) -> None:
+def test_a_thread_deleted_and_started_again_elsewhere_is_found(pg_url: str, pg_schema: str) -> None:
     # Two savers (two processes, say): one remembers the thread's epoch, the other
     # deletes the thread and starts it again in another time bucket.
-    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as a, \
-            PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as b:
+    with (
+        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as a,
+        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as b,
+    ):
         a.setup()
         put_chain(a, "t", 2)
         assert a.get_tuple(cfg("t")) is not None
         b.delete_thread("t")
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"UPDATE \"{pg_schema}\".settings SET value = '1' WHERE key = 'partition_days'")
+            conn.execute(
+                f"UPDATE \"{pg_schema}\".settings SET value = '1' WHERE key = 'partition_days'"
+            )
         new = put_chain(b, "t", 1)
         got = a.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["id"] == new[0]["configurable"]["checkpoint_id"]
