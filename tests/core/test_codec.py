@@ -182,3 +182,18 @@ def test_metadata_filter_is_a_parameter_not_sql() -> None:
     (q,) = _requests(ops.list("acme", None, None, None, evil, None, 5, False), [[]])
     assert "DROP" not in q.sql and "OR 1=1" not in q.sql
     assert "DROP SCHEMA" in q.params["filter"]
+
+
+def test_python_metadata_filter_matches_jsonb_containment() -> None:
+    from langgraph_durable._core.filters import metadata_matches, normalize_filter
+
+    meta = {"source": "loop", "step": 1, "parents": {"": "abc"}, "tags": ["a", "b"], "ok": True}
+    assert metadata_matches(meta, normalize_filter({"source": "loop"}))
+    assert metadata_matches(meta, normalize_filter({"parents": {"": "abc"}, "step": 1}))
+    assert metadata_matches(meta, normalize_filter({"tags": ["b"]}))
+    assert metadata_matches(meta, None)
+    assert not metadata_matches(meta, normalize_filter({"source": "input"}))
+    assert not metadata_matches(meta, normalize_filter({"missing": None}))
+    assert not metadata_matches(meta, normalize_filter({"ok": 1}))  # True is not 1
+    assert not metadata_matches(meta, normalize_filter({"step": "1"}))
+    assert not metadata_matches(meta, normalize_filter({"parents": "abc"}))

@@ -349,3 +349,30 @@ def test_a_thread_deleted_and_started_again_elsewhere_is_found(pg_url: str, pg_s
         assert got is not None and got.checkpoint["id"] == new[0]["configurable"]["checkpoint_id"]
         assert [t.checkpoint["id"] for t in a.list(cfg("t"))] == [got.checkpoint["id"]]
         assert a.get_tuple(cfg("t", ns="child:1")) is None
+
+
+def test_python_filter_semantics_equal_postgres_containment(pg_url: str) -> None:
+    import json
+
+    from langgraph_durable._core.filters import metadata_matches, normalize_filter
+
+    meta = {"source": "loop", "step": 1, "parents": {"": "abc"}, "tags": ["a", "b"], "ok": True}
+    filters = [
+        {"source": "loop"},
+        {"parents": {"": "abc"}, "step": 1},
+        {"tags": ["b"]},
+        {"tags": "a"},
+        {"source": "input"},
+        {"missing": None},
+        {"ok": 1},
+        {"step": "1"},
+        {"step": 1.0},
+        {"parents": {}},
+        {"parents": "abc"},
+    ]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for f in filters:
+            (pg,) = conn.execute(
+                "SELECT %s::jsonb @> %s::jsonb", (json.dumps(meta), json.dumps(f))
+            ).fetchone()
+            assert metadata_matches(meta, normalize_filter(f)) is pg, f
