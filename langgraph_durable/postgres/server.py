@@ -1,0 +1,71 @@
+"""A checkpointer factory for LangGraph's Agent Server (``langgraph.json``).
+
+The Agent Server accepts a custom checkpointer as the import path of an async
+context manager that yields a ``BaseCheckpointSaver``::
+
+    {
+      "checkpointer": {"path": "langgraph_durable.postgres.server:checkpointer"}
+    }
+
+Settings come from the environment:
+
+========================== ===================================================
+``LGD_POSTGRES_URL``       libpq URL (required)
+``LGD_POSTGRES_SCHEMA``    schema of the saver's tables (default ``langgraph_durable``)
+``LGD_POSTGRES_POOL_SIZE`` connections in the saver's pool (default 4)
+``LGD_POSTGRES_PREPARE``   ``off`` disables prepared statements (PgBouncer)
+``LGD_POSTGRES_SETUP``     ``off`` skips ``setup()`` at start (run migrations elsewhere)
+========================== ===================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..errors import ConfigurationError
+from .saver import AsyncPostgresSaver
+
+__all__ = ["checkpointer", "settings_from_env"]
+
+_OFF = {"0", "off", "false", "no"}
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The saver's constructor arguments (and ``setup``) read from ``env``.
+
+    Raises:
+        ConfigurationError: ``LGD_POSTGRES_URL`` is missing or a value is malformed.
+    """
+    env = os.environ if env is None else env
+    url = env.get("LGD_POSTGRES_URL", "").strip()
+    if not url:
+        raise ConfigurationError(
+            "LGD_POSTGRES_URL is not set: give the PostgreSQL URL the checkpointer should use"
+        )
+    pool = env.get("LGD_POSTGRES_POOL_SIZE", "4").strip()
+    if not pool.isdigit() or int(pool) < 1:
+        raise ConfigurationError(f"LGD_POSTGRES_POOL_SIZE must be a positive integer, got {pool!r}")
+    return {
+        "conn": url,
+        "schema": env.get("LGD_POSTGRES_SCHEMA", "langgraph_durable").strip(),
+        "pool_size": int(pool),
+        "prepare_threshold": None
+        if env.get("LGD_POSTGRES_PREPARE", "on").strip().lower() in _OFF
+        else 5,
+        "setup": env.get("LGD_POSTGRES_SETUP", "on").strip().lower() not in _OFF,
+    }
+
+
+@asynccontextmanager
+async def checkpointer() -> AsyncIterator[AsyncPostgresSaver]:
+    """An ``AsyncPostgresSaver`` configured from the environment, set up and closed."""
+    settings = settings_from_env()
+    run_setup = settings.pop("setup")
+    url = settings.pop("conn")
+    async with AsyncPostgresSaver.from_conn_string(url, **settings) as saver:
+        if run_setup:
+            await saver.setup()
+        yield saver
