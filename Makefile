@@ -3,12 +3,16 @@
 #   make test            lint, unit and integration tests, then LangGraph's own suite
 #   make lint            ruff and mypy
 #   make test-unit       only our tests (pytest over tests/)
-#   make test-langgraph  LangGraph's test suite against our savers
+#   make test-langgraph  LangGraph's test suite against all our savers (PostgreSQL, Redis,
+#                        DynamoDB; sync and async); LANGGRAPH_SUITE_ARGS="--saver redis" narrows it
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
 #
-# Services: tests use $LGD_POSTGRES_URL, else a PostgreSQL answering on 127.0.0.1:5432,
-# else a throwaway server they start themselves (see tests/servers.py).
+# Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
+# answering on 127.0.0.1:5432, else a throwaway server; Redis from $LGD_REDIS_URL, else one
+# answering on 127.0.0.1:6379, else a throwaway redis-server; a 3-node Redis Cluster from
+# $LGD_REDIS_CLUSTER_URL, else a throwaway one; DynamoDB from $LGD_DYNAMODB_ENDPOINT, else
+# moto's server. Throwaway servers are started by the tests and stopped when they end.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,6 +21,7 @@ PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.lgd-setup-stamp
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
+LANGGRAPH_SUITE_ARGS ?=
 
 .PHONY: setup test lint test-unit test-langgraph demo bench
 
@@ -45,7 +50,7 @@ test-unit: $(SETUP_STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS) tests
 
 test-langgraph: $(SETUP_STAMP)
-	$(PY) tests/langgraph_suite/run_suite.py
+	$(PY) tests/langgraph_suite/run_suite.py $(LANGGRAPH_SUITE_ARGS)
 
 demo: $(SETUP_STAMP)
 	$(VENV)/bin/langgraph-durable demo

@@ -15,6 +15,10 @@ __version__ = "0.1.0.dev0"
 _LAZY = {
     "PostgresSaver": "langgraph_durable.postgres",
     "AsyncPostgresSaver": "langgraph_durable.postgres",
+    "RedisSaver": "langgraph_durable.redis",
+    "AsyncRedisSaver": "langgraph_durable.redis",
+    "DynamoDBSaver": "langgraph_durable.dynamodb",
+    "AsyncDynamoDBSaver": "langgraph_durable.dynamodb",
     "DurableError": "langgraph_durable.errors",
 }
 

@@ -9,7 +9,11 @@ import langgraph_durable
 
 PKG = pathlib.Path(langgraph_durable.__file__).parent
 FORBIDDEN = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotocore", "socket"}
-PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [PKG / "postgres" / "_sql.py"]
+PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [
+    PKG / "postgres" / "_sql.py",
+    PKG / "redis" / "_ops.py",
+    PKG / "dynamodb" / "_ops.py",
+]
 
 
 def _imports(path: pathlib.Path) -> set[str]:

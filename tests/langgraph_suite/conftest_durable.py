@@ -6,9 +6,17 @@ LangGraph's ``tests/conftest.py`` so that its ``sync_checkpointer`` and
 ``async_checkpointer`` fixtures also take the names in ``SYNC_FACTORIES`` and
 ``ASYNC_FACTORIES`` and dispatch them here.
 
-Every factory works on the PostgreSQL server named by the environment variable
-``LGD_POSTGRES_URL``: it creates a schema with a unique name, builds the saver in
-that schema, runs ``setup()``, yields the saver and drops the schema afterwards.
+Each factory gives its saver a namespace of its own on the service named by an
+environment variable (``run_suite.py`` sets them from the test rig) and removes it
+afterwards:
+
+* ``durable_pg`` / ``durable_pg_async``: ``LGD_POSTGRES_URL``; a schema with a unique
+  name, dropped with everything in it;
+* ``durable_redis`` / ``durable_redis_async``: ``LGD_REDIS_URL`` (a single server); a
+  unique key prefix, whose keys are deleted (SCAN + UNLINK);
+* ``durable_dynamodb`` / ``durable_dynamodb_async``: ``LGD_DYNAMODB_ENDPOINT``
+  (moto's server, credentials and region from the environment); a table with a unique
+  name, created by ``setup()`` and deleted.
 
 ``upstream_pg`` / ``upstream_pg_async`` run the stock ``langgraph-checkpoint-postgres``
 savers through the same plumbing (confined to the schema via ``search_path``), as a
@@ -29,22 +37,33 @@ from contextlib import (
 from typing import Any
 
 URL_ENV = "LGD_POSTGRES_URL"
+REDIS_URL_ENV = "LGD_REDIS_URL"
+DYNAMODB_ENDPOINT_ENV = "LGD_DYNAMODB_ENDPOINT"
 SCHEMA_PREFIX = "lgd_suite_"
+REDIS_PREFIX = "lgds"
+TABLE_PREFIX = "lgd-suite-"
+DYNAMODB_REGION = "us-east-1"
+
+
+def _required_env(name: str, what: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise RuntimeError(
+            f"{name} is not set: run LangGraph's suite through "
+            f"tests/langgraph_suite/run_suite.py, or set it to {what}"
+        )
+    return value
 
 
 def _postgres_url() -> str:
-    url = os.environ.get(URL_ENV, "").strip()
-    if not url:
-        raise RuntimeError(
-            f"{URL_ENV} is not set: run LangGraph's suite through "
-            "tests/langgraph_suite/run_suite.py, or set it to a PostgreSQL URL"
-        )
-    return url
+    return _required_env(URL_ENV, "a PostgreSQL URL")
+
+
+# Unique names come from secrets, not uuid.uuid4(): some tests patch uuid4 to hand out a
+# fixed sequence of ids, and a fixture that draws from it shifts every id they expect.
 
 
 def _new_schema() -> str:
-    # Not uuid.uuid4(): some tests patch it to hand out a fixed sequence of ids, and a
-    # fixture that draws from it shifts every id the test expects.
     return f"{SCHEMA_PREFIX}{secrets.token_hex(8)}"
 
 
@@ -122,6 +141,92 @@ async def durable_pg_async() -> AsyncIterator[Any]:
             yield saver
 
 
+@contextmanager
+def _redis_prefix() -> Iterator[tuple[str, str]]:
+    url = _required_env(REDIS_URL_ENV, "a Redis URL")
+    prefix = f"{REDIS_PREFIX}{secrets.token_hex(6)}"
+    try:
+        yield url, prefix
+    finally:
+        _delete_redis_keys(url, prefix)
+
+
+def _delete_redis_keys(url: str, prefix: str) -> None:
+    """SCAN + UNLINK every key starting with ``prefix`` (a single server, not a cluster)."""
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                client.unlink(*batch)
+                batch.clear()
+        if batch:
+            client.unlink(*batch)
+
+
+@contextmanager
+def durable_redis() -> Iterator[Any]:
+    from langgraph_durable.redis import RedisSaver
+
+    with _redis_prefix() as (url, prefix):
+        with RedisSaver.from_conn_string(url, prefix=prefix) as saver:
+            saver.setup()
+            _apply_strict_msgpack(saver)
+            yield saver
+
+
+@asynccontextmanager
+async def durable_redis_async() -> AsyncIterator[Any]:
+    from langgraph_durable.redis import AsyncRedisSaver
+
+    with _redis_prefix() as (url, prefix):
+        async with AsyncRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+            await saver.setup()
+            _apply_strict_msgpack(saver)
+            yield saver
+
+
+@contextmanager
+def _dynamodb_table() -> Iterator[str]:
+    """A connection string naming a fresh table; the table is deleted afterwards."""
+    endpoint = _required_env(DYNAMODB_ENDPOINT_ENV, "a DynamoDB endpoint URL")
+    table = f"{TABLE_PREFIX}{secrets.token_hex(6)}"
+    try:
+        yield f"dynamodb://{table}?region={DYNAMODB_REGION}&endpoint={endpoint}"
+    finally:
+        import boto3
+
+        client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=DYNAMODB_REGION)
+        try:
+            client.delete_table(TableName=table)
+        except client.exceptions.ResourceNotFoundException:
+            pass
+
+
+@contextmanager
+def durable_dynamodb() -> Iterator[Any]:
+    from langgraph_durable.dynamodb import DynamoDBSaver
+
+    with _dynamodb_table() as conn_string:
+        with DynamoDBSaver.from_conn_string(conn_string) as saver:
+            saver.setup()
+            _apply_strict_msgpack(saver)
+            yield saver
+
+
+@asynccontextmanager
+async def durable_dynamodb_async() -> AsyncIterator[Any]:
+    from langgraph_durable.dynamodb import AsyncDynamoDBSaver
+
+    with _dynamodb_table() as conn_string:
+        async with AsyncDynamoDBSaver.from_conn_string(conn_string) as saver:
+            await saver.setup()
+            _apply_strict_msgpack(saver)
+            yield saver
+
+
 # --- stock langgraph-checkpoint-postgres savers (baseline) -----------------------
 
 
@@ -152,11 +257,26 @@ async def upstream_pg_async() -> AsyncIterator[Any]:
 # one another (durable_pg / durable_pg_async).
 SYNC_FACTORIES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "durable_pg": durable_pg,
+    "durable_redis": durable_redis,
+    "durable_dynamodb": durable_dynamodb,
     "upstream_pg": upstream_pg,
 }
 ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
     "durable_pg_async": durable_pg_async,
+    "durable_redis_async": durable_redis_async,
+    "durable_dynamodb_async": durable_dynamodb_async,
     "upstream_pg_async": upstream_pg_async,
+}
+#: The test rig's service (see tests/servers.py) each saver needs.
+SERVICE_OF: dict[str, str] = {
+    "durable_pg": "postgres",
+    "durable_pg_async": "postgres",
+    "durable_redis": "redis",
+    "durable_redis_async": "redis",
+    "durable_dynamodb": "dynamodb",
+    "durable_dynamodb_async": "dynamodb",
+    "upstream_pg": "postgres",
+    "upstream_pg_async": "postgres",
 }
 SYNC_NAMES = tuple(SYNC_FACTORIES)
 ASYNC_NAMES = tuple(ASYNC_FACTORIES)

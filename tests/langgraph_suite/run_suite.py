@@ -19,18 +19,23 @@ script:
 
 Usage (from the repository root, with the project's virtualenv)::
 
-    python tests/langgraph_suite/run_suite.py                      # both our PG savers
-    python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync saver only
+    python tests/langgraph_suite/run_suite.py                      # all our savers
+    python tests/langgraph_suite/run_suite.py --saver redis        # both Redis savers
+    python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync PG saver only
     python tests/langgraph_suite/run_suite.py --saver upstream     # stock savers (baseline)
     python tests/langgraph_suite/run_suite.py --files test_pregel.py --extra-k interrupt
     python tests/langgraph_suite/run_suite.py -- -x --lf           # after "--": to pytest
 
-PostgreSQL: ``LGD_POSTGRES_URL`` if set; else ``postgresql://postgres@127.0.0.1:5432/test``
-if that server answers; else the test rig's helper in ``tests/servers.py``.
+Services come from the test rig (``tests/servers.py``), only those the chosen savers
+need, resolved once here and handed to pytest (and its xdist workers) through the
+environment: PostgreSQL (``LGD_POSTGRES_URL``, else 127.0.0.1:5432 if it answers, else a
+throwaway server), Redis (``LGD_REDIS_URL``, else 127.0.0.1:6379 if it answers, else a
+throwaway ``redis-server``) and DynamoDB (``LGD_DYNAMODB_ENDPOINT``, else moto's server,
+run inside this process). Throwaway servers are stopped when the run ends.
 
 Test dependencies (besides pytest): pytest-mock, syrupy, pycryptodome, redis,
-langgraph-checkpoint-sqlite, langgraph-checkpoint-postgres; pytest-xdist and
-pytest-timeout are used when installed.
+langgraph-checkpoint-sqlite, langgraph-checkpoint-postgres, and for the DynamoDB savers
+boto3 and moto[server]; pytest-xdist and pytest-timeout are used when installed.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ import ast
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -55,13 +60,21 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
 DEFAULT_CACHE = REPO_ROOT / ".lgd" / "langgraph-suite"
-DEFAULT_LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
-URL_ENV = "LGD_POSTGRES_URL"
 
 # The suite's fixtures that take a checkpointer; a test file is run when it uses one.
 FIXTURES = ("sync_checkpointer", "async_checkpointer")
 ALIASES = {
-    "durable": ("durable_pg", "durable_pg_async"),
+    "durable": (
+        "durable_pg",
+        "durable_pg_async",
+        "durable_redis",
+        "durable_redis_async",
+        "durable_dynamodb",
+        "durable_dynamodb_async",
+    ),
+    "postgres": ("durable_pg", "durable_pg_async"),
+    "redis": ("durable_redis", "durable_redis_async"),
+    "dynamodb": ("durable_dynamodb", "durable_dynamodb_async"),
     "upstream": ("upstream_pg", "upstream_pg_async"),
 }
 REQUIRED_MODULES = {
@@ -282,15 +295,7 @@ def discover_files(tests_dir: Path) -> list[str]:
     return found
 
 
-# --- PostgreSQL -----------------------------------------------------------------
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+# --- services -------------------------------------------------------------------
 
 
 def _usable(url: str) -> bool:
@@ -323,39 +328,36 @@ def _ensure_database(url: str) -> None:
 
 
 @contextlib.contextmanager
-def postgres_url() -> Iterator[str]:
-    """The server the savers use, for the duration of the run.
+def services_for(savers: list[str], service_of: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Resolve the services the chosen savers need; yield the environment to hand on.
 
-    ``LGD_POSTGRES_URL`` if set; otherwise the test rig (``tests/servers.py``), which
-    probes the local port and else starts a throwaway server (stopped afterwards);
-    without the rig, ``postgresql://postgres@127.0.0.1:5432/test`` if it answers.
+    Each service comes from its environment variable if set, else from the test rig
+    (local port probe, else a throwaway server, stopped when the block exits).
     """
-    url = os.environ.get(URL_ENV, "").strip()
-    if url:
-        yield url
-        return
     rig = _load_rig()
-    if rig is not None:
-        services = rig.Services()
-        try:
-            endpoint = services.postgres()
-            if endpoint.kind == "local":
+    env: dict[str, str] = {}
+    services = rig.Services()
+    try:
+        for name in dict.fromkeys(service_of[saver] for saver in savers):
+            if name == "dynamodb":
+                rig.set_dynamodb_environment(env)
+                for key, value in env.items():  # boto3 here (moto) and in pytest
+                    os.environ.setdefault(key, value)
+            try:
+                endpoint = services.export(name, env)
+            except Exception as exc:
+                raise SuiteError(f"no {name} server: {exc}") from exc
+            if name == "postgres" and endpoint.kind == "local":
                 _ensure_database(endpoint.url)
-            yield endpoint.url
-        finally:
-            services.close()
-        return
-    if _port_open("127.0.0.1", 5432):
-        _ensure_database(DEFAULT_LOCAL_URL)
-        yield DEFAULT_LOCAL_URL
-        return
-    raise SuiteError(f"no PostgreSQL: set {URL_ENV} or start one on 127.0.0.1:5432")
+        yield env
+    finally:
+        services.close()
 
 
-def _load_rig() -> ModuleType | None:
-    """The test rig's ``tests.servers`` module of this checkout, if it has one."""
+def _load_rig() -> ModuleType:
+    """The test rig's ``tests.servers`` module of this checkout."""
     if not (REPO_ROOT / "tests" / "servers.py").exists():
-        return None
+        raise SuiteError("tests/servers.py (the test rig) is missing")
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     import tests.servers as servers  # imported only when needed
@@ -398,8 +400,59 @@ def resolve_savers(requested: list[str] | None, all_names: list[str]) -> list[st
     return chosen
 
 
-def check_dependencies() -> None:
-    missing = [dist for mod, dist in REQUIRED_MODULES.items() if not _has_module(mod)]
+def saver_of(test_name: str, savers: list[str]) -> str | None:
+    """The saver in a test id's parameters (``test_x[durable_redis-True]``), longest match."""
+    params = test_name.partition("[")[2]
+    found = [
+        name
+        for name in savers
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", params)
+    ]
+    return max(found, key=len) if found else None
+
+
+def summarise_junit(path: Path, savers: list[str]) -> dict[str, dict[str, float]]:
+    """Per saver: tests, passed, failed (failures and errors), skipped, and summed seconds."""
+    import xml.etree.ElementTree as ET
+
+    counts: dict[str, dict[str, float]] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        saver = saver_of(case.get("name", ""), savers)
+        if saver is None:
+            continue
+        row = counts.setdefault(
+            saver, {"tests": 0, "passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0}
+        )
+        row["tests"] += 1
+        row["seconds"] += float(case.get("time") or 0.0)
+        if case.find("failure") is not None or case.find("error") is not None:
+            row["failed"] += 1
+        elif case.find("skipped") is not None:
+            row["skipped"] += 1
+        else:
+            row["passed"] += 1
+    return counts
+
+
+def format_summary(counts: dict[str, dict[str, float]], savers: list[str]) -> list[str]:
+    lines = [f"{'saver':24s} {'tests':>6s} {'passed':>6s} {'failed':>6s} {'skipped':>7s} test-s"]
+    for saver in savers:
+        row = counts.get(saver, {})
+        lines.append(
+            f"{saver:24s} {int(row.get('tests', 0)):6d} {int(row.get('passed', 0)):6d} "
+            f"{int(row.get('failed', 0)):6d} {int(row.get('skipped', 0)):7d} "
+            f"{row.get('seconds', 0.0):6.0f}"
+        )
+    return lines
+
+
+def check_dependencies(services: set[str]) -> None:
+    required = dict(REQUIRED_MODULES)
+    if "dynamodb" in services:
+        required["boto3"] = "boto3"
+        if not os.environ.get("LGD_DYNAMODB_ENDPOINT"):
+            required["moto.server"] = "moto[server]"
+    missing = [dist for mod, dist in required.items() if not _has_module(mod)]
     if missing:
         raise SuiteError(f"missing test dependencies: {' '.join(missing)}")
 
@@ -424,8 +477,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--saver",
         action="append",
         metavar="NAME",
-        help="saver to run (repeatable): durable_pg, durable_pg_async, upstream_pg, "
-        "upstream_pg_async, or the groups 'durable' (default), 'upstream', 'all'",
+        help="saver to run (repeatable): durable_pg, durable_pg_async, durable_redis, "
+        "durable_redis_async, durable_dynamodb, durable_dynamodb_async, upstream_pg, "
+        "upstream_pg_async, or the groups 'durable' (default: all of ours), 'postgres', "
+        "'redis', 'dynamodb', 'upstream', 'all'",
     )
     parser.add_argument(
         "--files",
@@ -470,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     all_names = [*factories.SYNC_NAMES, *factories.ASYNC_NAMES]
     try:
         savers = resolve_savers(args.saver, all_names)
-        check_dependencies()
+        check_dependencies({factories.SERVICE_OF[saver] for saver in savers})
         version = args.langgraph_version or metadata.version("langgraph")
         cache = args.cache_dir.resolve()
         cache.mkdir(parents=True, exist_ok=True)
@@ -506,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"]
         cmd += ["--rootdir", str(workdir), "-c", str(workdir / "pyproject.toml")]
         cmd += ["-k", kexpr, "-ra", "--tb=short"]
+        junit = workdir / "junit.xml"
+        cmd += [f"--junitxml={junit}"]
         if args.workers not in ("0", "") and _has_module("xdist"):
             cmd += ["-n", args.workers]
         if args.timeout and _has_module("pytest_timeout"):
@@ -513,10 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd += [f"tests/{f}" for f in files]
         cmd += passthrough
 
-        with postgres_url() as url:
-            env = dict(os.environ)
+        with services_for(savers, factories.SERVICE_OF) as service_env:
+            env = {**os.environ, **service_env}
             env["NO_DOCKER"] = "true"
-            env[URL_ENV] = url
             # Our package from this checkout, after the suite's own paths.
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p
@@ -530,6 +586,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"pytest exited {code} after {time.monotonic() - started:.0f}s")
         if code == 5:
             log("ERROR: pytest collected no test for the chosen savers")
+            return 1
+        counts = summarise_junit(junit, savers) if junit.exists() else {}
+        for line in format_summary(counts, savers):
+            log(line)
+        idle = [saver for saver in savers if not counts.get(saver, {}).get("tests")]
+        if code == 0 and idle:
+            log(f"ERROR: no test ran for {', '.join(idle)}")
             return 1
         return code
     except SuiteError as exc:

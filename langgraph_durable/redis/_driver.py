@@ -1,0 +1,383 @@
+"""Run the pure operations of ``_ops`` on redis-py clients (sync and async).
+
+The only module of the Redis backend that talks to the server. It owns the
+clients (given, or opened from a URL), script calls (EVALSHA, falling back to
+EVAL when the server has forgotten the script, so a restart, failover or
+``SCRIPT FLUSH`` never reaches the caller), pipelines, and the translation of
+redis-py errors into ours.
+
+Every request the operations yield is idempotent (scripts write the same
+values again, or delete what is already gone), so a request whose connection
+dropped is sent once more on a fresh connection before its error is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.cluster
+import redis.retry
+from redis import exceptions as rx
+from redis.backoff import ExponentialBackoff
+
+from .._core.sansio import Emit, Operation, Stepper
+from ..errors import (
+    ConfigurationError,
+    DurableError,
+    InvalidInputError,
+    StorageError,
+    StorageUnavailableError,
+)
+from ._ops import Batch, Command, Script, split_cluster_url
+
+R = TypeVar("R")
+
+_SYNC_TYPES = (redis.Redis, redis.cluster.RedisCluster)
+_ASYNC_TYPES = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+_CLUSTER_TYPES = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+# AuthorizationError is newer than redis-py 5.0.
+_AUTH_ERRORS: tuple[type[BaseException], ...] = (
+    rx.AuthenticationError,
+    getattr(rx, "AuthorizationError", rx.AuthenticationError),
+)
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.ClusterDownError,
+    rx.TryAgainError,
+    rx.ReadOnlyError,
+    getattr(rx, "SlotNotCoveredError", rx.ClusterDownError),
+)
+
+
+def translate(exc: BaseException) -> DurableError:
+    """Our error for a redis-py error."""
+    if isinstance(exc, DurableError):
+        return exc
+    text = str(exc).strip()
+    if isinstance(exc, _AUTH_ERRORS):
+        return StorageError(f"Redis refused the credentials: {text}")
+    if isinstance(exc, _UNAVAILABLE):
+        return StorageUnavailableError(f"Redis is unavailable: {text or type(exc).__name__}")
+    if isinstance(exc, rx.OutOfMemoryError):
+        return StorageError(
+            f"Redis is out of memory ({text}): nothing was written; raise maxmemory or "
+            "free memory (e.g. prune old threads, set a ttl)"
+        )
+    if isinstance(exc, rx.DataError):
+        return InvalidInputError(f"Redis cannot store this value: {text}")
+    if isinstance(exc, rx.ResponseError):
+        return StorageError(f"Redis error: {text}")
+    if isinstance(exc, (rx.RedisError, rx.RedisClusterException)):
+        return StorageError(f"Redis client error: {text or type(exc).__name__}")
+    if isinstance(exc, UnicodeError):
+        return InvalidInputError(f"Redis cannot store this text: {exc}")
+    return StorageError(f"unexpected error talking to Redis: {exc!r}")
+
+
+def _retry_kwargs(retry_type: Any) -> dict[str, Any]:
+    """Retry settings for a single-server client the saver opens itself."""
+    return {
+        "retry": retry_type(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        "retry_on_error": [rx.ConnectionError, rx.TimeoutError],
+    }
+
+
+def _resend(exc: BaseException) -> bool:
+    """Whether a request that failed with ``exc`` is worth sending once more."""
+    return isinstance(exc, rx.ConnectionError) and not isinstance(exc, _AUTH_ERRORS)
+
+
+def _check_client(client: Any, types: tuple[type, ...], saver: str) -> None:
+    if not isinstance(client, types):
+        other = "async" if isinstance(client, _ASYNC_TYPES) else "sync"
+        hint = (
+            f" (that is an {other} client: use the other saver class)"
+            if isinstance(client, _SYNC_TYPES + _ASYNC_TYPES)
+            else ""
+        )
+        names = " or ".join(f"{t.__module__}.{t.__name__}" for t in types)
+        raise ConfigurationError(
+            f"{saver} needs a {names} client or a URL string, got {type(client).__name__}{hint}"
+        )
+    if _decodes_responses(client):
+        raise ConfigurationError(
+            f"{saver} needs a client with decode_responses=False (checkpoints are binary); "
+            "create one for the saver or pass a URL"
+        )
+
+
+def _decodes_responses(client: Any) -> bool:
+    return bool(client.get_encoder().decode_responses)
+
+
+def _script_call(request: Script, source: bool) -> tuple[Any, ...]:
+    script = request.script
+    head = ("EVAL", script.source) if source else ("EVALSHA", script.sha)
+    return (*head, len(request.keys), *request.keys, *request.args)
+
+
+def _per_primary(result: Any, cluster: bool) -> list[Any]:
+    if cluster and isinstance(result, dict):
+        return list(result.values())
+    return [result]
+
+
+def _queue(pipe: Any, request: Batch) -> None:
+    """Add a batch's requests to a pipeline (scripts by SHA)."""
+    for item in request.requests:
+        if isinstance(item, Script):
+            pipe.execute_command(*_script_call(item, False))
+        else:
+            pipe.execute_command(*item.args)
+
+
+def _forgotten(request: Batch, results: list[Any]) -> list[tuple[int, Script]]:
+    """The scripts of a batch the server did not know (to send again with EVAL)."""
+    return [
+        (j, item)
+        for j, (item, result) in enumerate(zip(request.requests, results, strict=True))
+        if isinstance(item, Script) and isinstance(result, rx.NoScriptError)
+    ]
+
+
+def _translated(results: list[Any]) -> list[Any]:
+    return [translate(r) if isinstance(r, BaseException) else r for r in results]
+
+
+def _request(step: Any) -> Command | Script | Batch:
+    if not isinstance(step, (Command, Script, Batch)):
+        raise TypeError(f"operation yielded {step!r}, expected a Command, Script or Batch")
+    return step
+
+
+# ---------------------------------------------------------------- sync
+
+
+class SyncDriver:
+    """Runs operations on a ``redis.Redis`` or ``redis.cluster.RedisCluster``.
+
+    Args:
+        conn: A client, or a URL for which the driver opens (and owns) one.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.owns = isinstance(conn, str)
+        if self.owns:
+            url, cluster = split_cluster_url(conn)
+            try:
+                if cluster:
+                    conn = redis.cluster.RedisCluster.from_url(url, decode_responses=False)
+                else:
+                    conn = redis.Redis.from_url(
+                        url, decode_responses=False, **_retry_kwargs(redis.retry.Retry)
+                    )
+            except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
+                raise _connect_error(exc) from exc
+        _check_client(conn, _SYNC_TYPES, "RedisSaver")
+        self.client = conn
+        self.cluster = isinstance(conn, _CLUSTER_TYPES)
+
+    def close(self) -> None:
+        """Close the client if the driver opened it."""
+        if self.owns:
+            self.client.close()
+
+    def execute(self, request: Command | Script | Batch) -> Any:
+        """Run one request; sent once more if its connection dropped (requests are idempotent)."""
+        try:
+            return self._execute(request)
+        except Exception as exc:
+            if not _resend(exc):
+                raise
+        return self._execute(request)
+
+    def _execute(self, request: Command | Script | Batch) -> Any:
+        if isinstance(request, Script):
+            return self._script(request)
+        if isinstance(request, Command):
+            return self._command(request)
+        return self._batch(request)
+
+    def _command(self, request: Command) -> Any:
+        if request.every_primary and self.cluster:
+            result = self.client.execute_command(
+                *request.args, target_nodes=redis.cluster.RedisCluster.PRIMARIES
+            )
+            return _per_primary(result, True)
+        result = self.client.execute_command(*request.args)
+        return [result] if request.every_primary else result
+
+    def _script(self, request: Script) -> Any:
+        try:
+            return self.client.execute_command(*_script_call(request, False))
+        except rx.NoScriptError:
+            return self.client.execute_command(*_script_call(request, True))
+
+    def _batch(self, request: Batch) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        try:
+            _queue(pipe, request)
+            results = list(pipe.execute(raise_on_error=False))
+        finally:
+            pipe.reset()
+        for j, item in _forgotten(request, results):
+            try:
+                results[j] = self.client.execute_command(*_script_call(item, True))
+            except Exception as exc:  # noqa: BLE001 - kept per request, as in a pipeline
+                results[j] = exc
+        return _translated(results)
+
+
+def run(driver: SyncDriver, op: Operation[R]) -> R:
+    """Run an operation to its result (it must not emit items)."""
+    stepper = Stepper(op.steps)
+    for _ in _drive(driver, stepper):
+        raise TypeError("run() was given a streaming operation; use iterate()")
+    return stepper.result  # type: ignore[no-any-return]
+
+
+def iterate(driver: SyncDriver, op: Operation[Any]) -> Iterator[Any]:
+    """Run an operation, yielding the items it emits."""
+    return _drive(driver, Stepper(op.steps))
+
+
+def _drive(driver: SyncDriver, stepper: Stepper) -> Iterator[Any]:
+    step = stepper.first()
+    try:
+        while step is not None:
+            if isinstance(step, Emit):
+                yield step.value
+                step = stepper.send(None)
+                continue
+            try:
+                result = driver.execute(_request(step))
+            except Exception as exc:
+                step = stepper.throw(translate(exc))
+                continue
+            step = stepper.send(result)
+    finally:
+        stepper.close()
+
+
+# ---------------------------------------------------------------- async
+
+
+class AsyncDriver:
+    """Runs operations on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``.
+
+    Args:
+        conn: A client, or a URL for which the driver opens (and owns) one.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.owns = isinstance(conn, str)
+        if self.owns:
+            url, cluster = split_cluster_url(conn)
+            try:
+                if cluster:
+                    conn = redis.asyncio.cluster.RedisCluster.from_url(url, decode_responses=False)
+                else:
+                    conn = redis.asyncio.Redis.from_url(
+                        url, decode_responses=False, **_retry_kwargs(redis.asyncio.retry.Retry)
+                    )
+            except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
+                raise _connect_error(exc) from exc
+        _check_client(conn, _ASYNC_TYPES, "AsyncRedisSaver")
+        self.client = conn
+        self.cluster = isinstance(conn, _CLUSTER_TYPES)
+
+    async def close(self) -> None:
+        """Close the client if the driver opened it."""
+        if self.owns:
+            closer = getattr(self.client, "aclose", None) or self.client.close
+            await closer()
+
+    async def execute(self, request: Command | Script | Batch) -> Any:
+        """Run one request; sent once more if its connection dropped (requests are idempotent)."""
+        try:
+            return await self._execute(request)
+        except Exception as exc:
+            if not _resend(exc):
+                raise
+        return await self._execute(request)
+
+    async def _execute(self, request: Command | Script | Batch) -> Any:
+        if isinstance(request, Script):
+            return await self._script(request)
+        if isinstance(request, Command):
+            return await self._command(request)
+        return await self._batch(request)
+
+    async def _command(self, request: Command) -> Any:
+        if request.every_primary and self.cluster:
+            result = await self.client.execute_command(
+                *request.args, target_nodes=redis.asyncio.cluster.RedisCluster.PRIMARIES
+            )
+            return _per_primary(result, True)
+        result = await self.client.execute_command(*request.args)
+        return [result] if request.every_primary else result
+
+    async def _script(self, request: Script) -> Any:
+        try:
+            return await self.client.execute_command(*_script_call(request, False))
+        except rx.NoScriptError:
+            return await self.client.execute_command(*_script_call(request, True))
+
+    async def _batch(self, request: Batch) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        try:
+            _queue(pipe, request)
+            results = list(await pipe.execute(raise_on_error=False))
+        finally:
+            reset = pipe.reset()
+            if reset is not None:  # a coroutine on most async pipelines
+                await reset
+        for j, item in _forgotten(request, results):
+            try:
+                results[j] = await self.client.execute_command(*_script_call(item, True))
+            except Exception as exc:  # noqa: BLE001 - kept per request, as in a pipeline
+                results[j] = exc
+        return _translated(results)
+
+
+async def arun(driver: AsyncDriver, op: Operation[R]) -> R:
+    """Run an operation to its result (it must not emit items)."""
+    stepper = Stepper(op.steps)
+    async for _ in _adrive(driver, stepper):
+        raise TypeError("arun() was given a streaming operation; use aiterate()")
+    return stepper.result  # type: ignore[no-any-return]
+
+
+def aiterate(driver: AsyncDriver, op: Operation[Any]) -> AsyncIterator[Any]:
+    """Run an operation, yielding the items it emits."""
+    return _adrive(driver, Stepper(op.steps))
+
+
+async def _adrive(driver: AsyncDriver, stepper: Stepper) -> AsyncIterator[Any]:
+    step = stepper.first()
+    try:
+        while step is not None:
+            if isinstance(step, Emit):
+                yield step.value
+                step = stepper.send(None)
+                continue
+            try:
+                result = await driver.execute(_request(step))
+            except Exception as exc:
+                step = stepper.throw(translate(exc))
+                continue
+            step = stepper.send(result)
+    finally:
+        stepper.close()
+
+
+def _connect_error(exc: BaseException) -> DurableError:
+    if isinstance(exc, ValueError) and not isinstance(exc, rx.RedisError):
+        return ConfigurationError(f"invalid Redis URL: {exc}")
+    return translate(exc)

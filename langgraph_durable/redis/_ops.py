@@ -1,0 +1,1542 @@
+"""Every Redis key, Lua script and command of the saver, and the operations that use them.
+
+This module is pure (no redis import, no I/O): each saver operation is a
+generator that yields requests (:class:`Command`, :class:`Script`,
+:class:`Batch`) and receives their results (see
+``langgraph_durable._core.sansio``). ``RedisSaver`` and ``AsyncRedisSaver`` run
+the same generators through a sync or async driver.
+
+Key layout (``P`` is the saver's prefix, ``T`` the thread's hash tag
+``{tenant:thread}`` with both parts percent-encoded, so distinct pairs never
+share a tag and every key of a thread lives in one cluster slot)::
+
+    P:{T}:h   hash   "<ns>\\0<id>" -> record header (msgpack: v, parent, run_id,
+                     blob refs, DeltaChannel flag); field "\\0" marks a thread
+                     registered in its tenant's index
+    P:{T}:c   hash   "<ns>\\0<id>" -> record payload (msgpack: metadata index
+                     JSON, body type, body, metadata type, metadata)
+    P:{T}:b   hash   "<ns>\\0<channel>\\0<version>" -> blob (msgpack: type, bytes)
+    P:{T}:w   hash   "<ns>\\0<id>" -> task ids that wrote (msgpack list);
+                     "<ns>\\0<id>\\0<task>" -> that task's writes (frames)
+    P:{T}:i   zset   "<ns>\\0<id>", score 0: by namespace, then id
+    P:{T}:n   zset   "<id>\\0<ns>", score 0: by id across namespaces
+    P:threads:{tenant}   zset   thread id -> server time (ms) it was registered
+
+Six keys per thread whatever its size, so a TTL refresh costs six commands.
+Identifiers may not contain NUL, which separates the parts of a field; checkpoint
+ids sort in time order, so the lexicographic ranges of the two sorted sets give
+the latest checkpoint of a namespace and newest-first listings.
+
+A write frame is ``>i idx, >I header length, header (msgpack: task id, task
+path, channel, type), >I data length, data``: the scripts read the index and the
+channel of a frame without touching its payload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import logging
+import struct
+from collections import deque
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import ormsgpack
+from langgraph.checkpoint.serde.types import TASKS
+
+from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
+from .._core.filters import metadata_matches, normalize_filter
+from .._core.records import CheckpointRecord, Sealed, WriteRecord
+from .._core.sansio import Emit, Operation
+from ..errors import (
+    ConfigurationError,
+    CorruptRecordError,
+    DurableError,
+    InvalidInputError,
+    StorageError,
+    UnsupportedOperationError,
+)
+
+__all__ = [
+    "Command",
+    "Script",
+    "Batch",
+    "LuaScript",
+    "KeyLayout",
+    "RedisOps",
+    "SetupResult",
+    "SCRIPTS",
+    "validate_prefix",
+    "split_cluster_url",
+]
+
+log = logging.getLogger("langgraph_durable.redis")
+
+SEP = "\x00"
+#: Field of the header hash that says the thread is in its tenant's index.
+MARK = "\x00"
+#: Checkpoints per list page (one round trip each).
+LIST_PAGE_SIZE = 100
+#: Scripts per pipeline when an operation touches many threads.
+BATCH_SIZE = 100
+#: Thread ids per read of a tenant's index.
+INDEX_CHUNK = 1000
+#: Ids first read per thread when listing across threads.
+MERGE_PROBE = 20
+#: Payload bytes per script call when copying a thread.
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+#: Threads remembered as registered but not yet marked (see ``_register``).
+PENDING_MARKS_MAX = 10_000
+#: The oldest server the scripts run on (script flags need 7.0).
+MIN_SERVER_VERSION = (7, 0)
+#: ``maxmemory-policy`` values that evict keys.
+EVICTING_POLICIES = frozenset(
+    {
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    }
+)
+
+_FRAME_HEAD = struct.Struct(">iI")
+_LEN = struct.Struct(">I")
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """A Lua script the driver runs with EVALSHA (falling back to EVAL).
+
+    Attributes:
+        name: A short name for messages.
+        source: The script text.
+        sha: Its SHA-1, the name the server caches it under.
+    """
+
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One Redis command.
+
+    Attributes:
+        args: The command and its arguments (a multi-word command may be one
+            string, e.g. ``"CONFIG GET"``).
+        every_primary: Run it on every primary (a cluster) and receive a list
+            with one result per primary; on a single server, a list of one.
+    """
+
+    args: tuple[Any, ...]
+    every_primary: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script call; on a cluster it is routed by its keys (all in one slot)."""
+
+    script: LuaScript
+    keys: tuple[str, ...]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Requests sent together in one pipeline (not a transaction).
+
+    The result is a list with one entry per request: its result, or the
+    (translated) :class:`~langgraph_durable.errors.DurableError` it failed with.
+    """
+
+    requests: tuple[Command | Script, ...]
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    """What ``setup()`` found.
+
+    Attributes:
+        versions: The server version of each primary.
+        warnings: Configuration problems it logged (also sent to the
+            ``langgraph_durable.redis`` logger).
+    """
+
+    versions: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+# ---------------------------------------------------------------- Lua
+
+_PRELUDE = r"""
+local H, C, B, W, I, N = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local SEP = '\0'
+local MARK = '\0'
+local TASKS = '__TASKS__'
+
+local function check_types()
+  for k = 1, 6 do
+    local want = (k <= 4) and 'hash' or 'zset'
+    local t = redis.call('TYPE', KEYS[k])['ok']
+    if t ~= 'none' and t ~= want then
+      return redis.error_reply('LGD_WRONGTYPE key ' .. KEYS[k] .. ' holds a ' .. t ..
+        ', expected a ' .. want .. ': something other than the saver wrote it')
+    end
+  end
+  return nil
+end
+
+local function expire_all(ttl)
+  if ttl == '' then return end
+  for k = 1, 6 do
+    if ttl == '0' then
+      redis.call('PERSIST', KEYS[k])
+    else
+      redis.call('PEXPIRE', KEYS[k], ttl)
+    end
+  end
+end
+
+local function split(s)
+  local p = string.find(s, SEP, 1, true)
+  return string.sub(s, 1, p - 1), string.sub(s, p + 1)
+end
+
+local function tasks_of(f)
+  local list = redis.call('HGET', W, f)
+  if list then return cmsgpack.unpack(list) end
+  return {}
+end
+
+local function task_writes(f)
+  local out = {}
+  for _, task in ipairs(tasks_of(f)) do
+    local v = redis.call('HGET', W, f .. SEP .. task)
+    if v then out[#out + 1] = v end
+  end
+  return out
+end
+
+local function collect(ns, id)
+  local f = ns .. SEP .. id
+  local hdr = redis.call('HGET', H, f)
+  if not hdr then return nil end
+  local h = cmsgpack.unpack(hdr)
+  local refs, blobs = h[4], {}
+  for j = 1, #refs, 2 do
+    blobs[#blobs + 1] = redis.call('HGET', B, ns .. SEP .. refs[j] .. SEP .. refs[j + 1]) or ''
+  end
+  local sends = {}
+  if h[1] < 4 and h[2] then sends = task_writes(ns .. SEP .. h[2]) end
+  return {ns, id, hdr, redis.call('HGET', C, f) or '', blobs, task_writes(f), sends}
+end
+
+local function drop(f)
+  local ns, id = split(f)
+  redis.call('ZREM', I, f)
+  redis.call('ZREM', N, id .. SEP .. ns)
+  redis.call('HDEL', H, f)
+  redis.call('HDEL', C, f)
+  for _, task in ipairs(tasks_of(f)) do redis.call('HDEL', W, f .. SEP .. task) end
+  redis.call('HDEL', W, f)
+end
+
+local function mark_refs(f, h, refs)
+  local ns = split(f)
+  local r = h[4]
+  for j = 1, #r, 2 do refs[ns .. SEP .. r[j] .. SEP .. r[j + 1]] = true end
+end
+
+local function gc_blobs(refs)
+  for _, bf in ipairs(redis.call('HKEYS', B)) do
+    if not refs[bf] then redis.call('HDEL', B, bf) end
+  end
+end
+
+local function has_sends(f)
+  for _, s in ipairs(task_writes(f)) do
+    local pos, n = 1, #s
+    while pos <= n do
+      local _, hlen = struct.unpack('>iI', s, pos)
+      local hdr = cmsgpack.unpack(string.sub(s, pos + 8, pos + 7 + hlen))
+      if hdr[3] == TASKS then return true end
+      local dlen = struct.unpack('>I', s, pos + 8 + hlen)
+      pos = pos + 12 + hlen + dlen
+    end
+  end
+  return false
+end
+
+-- Whether the thread must be added to its tenant's index, and the server time.
+-- mark = '1': this process added it after an earlier write; set the mark now,
+-- unless the thread was deleted since (its index did not exist before this write).
+local function registration(mark, existed)
+  if redis.call('HEXISTS', H, MARK) == 1 then return {0, 0} end
+  if redis.call('EXISTS', I) == 0 then return {0, 0} end
+  if mark == '1' and existed then
+    redis.call('HSET', H, MARK, '1')
+    return {0, 0}
+  end
+  local t = redis.call('TIME')
+  return {1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+end
+""".replace("__TASKS__", TASKS)
+
+
+def _lua(name: str, flags: str | None, body: str) -> LuaScript:
+    shebang = "#!lua" if flags is None else f"#!lua flags={flags}"
+    return LuaScript(name, f"{shebang}\n{_PRELUDE}\n{body.strip()}\n")
+
+
+# ARGV: ttl, ns, id, header, payload, mark, then blob field/value pairs.
+PUT = _lua(
+    "put",
+    None,
+    r"""
+local err = check_types()
+if err then return err end
+local f = ARGV[2] .. SEP .. ARGV[3]
+local existed = redis.call('EXISTS', I) == 1
+for j = 7, #ARGV, 2 do redis.call('HSETNX', B, ARGV[j], ARGV[j + 1]) end
+redis.call('HSET', C, f, ARGV[5])
+redis.call('HSET', H, f, ARGV[4])
+redis.call('ZADD', I, 0, f)
+redis.call('ZADD', N, 0, ARGV[3] .. SEP .. ARGV[2])
+expire_all(ARGV[1])
+return registration(ARGV[6], existed)
+""",
+)
+
+# ARGV: ttl, "<ns>\0<id>", task id, replace ('1'/'0'), then idx/frame pairs.
+PUT_WRITES = _lua(
+    "put_writes",
+    None,
+    r"""
+local err = check_types()
+if err then return err end
+local f, task = ARGV[2], ARGV[3]
+local tf = f .. SEP .. task
+local cur = redis.call('HGET', W, tf)
+local frames, order = {}, {}
+if cur then
+  local pos, n = 1, #cur
+  while pos <= n do
+    local idx, hlen = struct.unpack('>iI', cur, pos)
+    local dlen = struct.unpack('>I', cur, pos + 8 + hlen)
+    local stop = pos + 12 + hlen + dlen
+    if frames[idx] == nil then order[#order + 1] = idx end
+    frames[idx] = string.sub(cur, pos, stop - 1)
+    pos = stop
+  end
+end
+local changed = false
+for j = 5, #ARGV, 2 do
+  local idx = tonumber(ARGV[j])
+  if frames[idx] == nil then
+    order[#order + 1] = idx
+    frames[idx] = ARGV[j + 1]
+    changed = true
+  elseif ARGV[4] == '1' then
+    frames[idx] = ARGV[j + 1]
+    changed = true
+  end
+end
+if changed then
+  local parts = {}
+  for k, idx in ipairs(order) do parts[k] = frames[idx] end
+  redis.call('HSET', W, tf, table.concat(parts))
+  if not cur then
+    local tasks = tasks_of(f)
+    tasks[#tasks + 1] = task
+    redis.call('HSET', W, f, cmsgpack.pack(tasks))
+  end
+end
+expire_all(ARGV[1])
+return changed and 1 or 0
+""",
+)
+
+# ARGV: ns, id ('' for the latest), ttl ('' to leave it).
+GET = _lua(
+    "get",
+    "allow-oom",
+    r"""
+local ns, id = ARGV[1], ARGV[2]
+if id == '' then
+  local m = redis.call('ZREVRANGEBYLEX', I, '(' .. ns .. '\1', '[' .. ns .. SEP, 'LIMIT', 0, 1)
+  if #m == 0 then return {} end
+  id = string.sub(m[1], #ns + 2)
+end
+local e = collect(ns, id)
+if not e then return {} end
+expire_all(ARGV[3])
+return e
+""",
+)
+
+# ARGV: 'i' or 'n' (which sorted set), max, min, count, ttl.
+# Returns {more, last member scanned, entries}.
+PAGE = _lua(
+    "page",
+    "allow-oom",
+    r"""
+local by_ns = ARGV[1] == 'i'
+local count = tonumber(ARGV[4])
+local m = redis.call('ZREVRANGEBYLEX', by_ns and I or N, ARGV[2], ARGV[3], 'LIMIT', 0, count + 1)
+local more = 0
+if #m > count then
+  more = 1
+  m[#m] = nil
+end
+local out = {}
+for j = 1, #m do
+  local a, b = split(m[j])
+  local e
+  if by_ns then e = collect(a, b) else e = collect(b, a) end
+  if e then out[#out + 1] = e end
+end
+if #out > 0 then expire_all(ARGV[5]) end
+return {more, m[#m] or '', out}
+""",
+)
+
+# ARGV: max, min, count over the by-id set. Returns {thread exists, more, members}.
+IDS = _lua(
+    "ids",
+    "no-writes",
+    r"""
+local count = tonumber(ARGV[3])
+local m = redis.call('ZREVRANGEBYLEX', N, ARGV[1], ARGV[2], 'LIMIT', 0, count + 1)
+local more = 0
+if #m > count then
+  more = 1
+  m[#m] = nil
+end
+return {redis.call('EXISTS', I), more, m}
+""",
+)
+
+# ARGV: ttl, then "<ns>\0<id>" fields. Returns the entries found.
+FETCH = _lua(
+    "fetch",
+    "allow-oom",
+    r"""
+local out = {}
+for j = 2, #ARGV do
+  local ns, id = split(ARGV[j])
+  local e = collect(ns, id)
+  if e then out[#out + 1] = e end
+end
+if #out > 0 then expire_all(ARGV[1]) end
+return out
+""",
+)
+
+# ARGV: run ids. Returns {checkpoints deleted, thread still has checkpoints}.
+DELETE_RUNS = _lua(
+    "delete_runs",
+    "allow-oom",
+    r"""
+if redis.call('EXISTS', I) == 0 then return {0, 0} end
+local runs = {}
+for j = 1, #ARGV do runs[ARGV[j]] = true end
+local all = redis.call('HGETALL', H)
+local gone, refs = 0, {}
+for j = 1, #all, 2 do
+  local f = all[j]
+  if f ~= MARK then
+    local h = cmsgpack.unpack(all[j + 1])
+    if h[3] and runs[h[3]] then
+      drop(f)
+      gone = gone + 1
+    else
+      mark_refs(f, h, refs)
+    end
+  end
+end
+if gone > 0 then
+  gc_blobs(refs)
+  if redis.call('EXISTS', I) == 0 then redis.call('HDEL', H, MARK) end
+end
+return {gone, redis.call('EXISTS', I)}
+""",
+)
+
+# Returns 1 when a checkpoint's metadata has counters_since_delta_snapshot.
+HAS_DELTA = _lua(
+    "has_delta",
+    "no-writes",
+    r"""
+local all = redis.call('HGETALL', H)
+for j = 1, #all, 2 do
+  if all[j] ~= MARK and cmsgpack.unpack(all[j + 1])[5] then return 1 end
+end
+return 0
+""",
+)
+
+# Keeps each namespace's latest checkpoint (and, before format 4, its parent when
+# the parent's writes hold pending sends). Returns the number deleted, -1 if refused.
+PRUNE = _lua(
+    "prune",
+    "allow-oom",
+    r"""
+if redis.call('EXISTS', I) == 0 then return 0 end
+local all = redis.call('HGETALL', H)
+local hdrs = {}
+for j = 1, #all, 2 do
+  if all[j] ~= MARK then
+    local h = cmsgpack.unpack(all[j + 1])
+    if h[5] then return -1 end
+    hdrs[all[j]] = h
+  end
+end
+local heads = {}
+for _, m in ipairs(redis.call('ZRANGE', I, 0, -1)) do
+  local ns = split(m)
+  heads[ns] = m
+end
+local keep = {}
+for ns, m in pairs(heads) do
+  keep[m] = true
+  local h = hdrs[m]
+  if h and h[1] < 4 and h[2] and has_sends(ns .. SEP .. h[2]) then
+    keep[ns .. SEP .. h[2]] = true
+  end
+end
+local refs, gone = {}, 0
+for f, h in pairs(hdrs) do
+  if keep[f] then
+    mark_refs(f, h, refs)
+  else
+    drop(f)
+    gone = gone + 1
+  end
+end
+gc_blobs(refs)
+return gone
+""",
+)
+
+# A consistent snapshot of a thread's hashes (the sorted sets follow from them).
+READ_ALL = _lua(
+    "read_all",
+    "no-writes",
+    r"""
+return {redis.call('HGETALL', H), redis.call('HGETALL', C), redis.call('HGETALL', B),
+        redis.call('HGETALL', W)}
+""",
+)
+
+# ARGV: ttl, mark, #blobs, #task fields, #task lists, then blob pairs, task-field
+# pairs, task-list pairs, and (field, header, payload) triples of records.
+# Existing entries of the target win; records (the visible part) are written last.
+MERGE = _lua(
+    "merge",
+    None,
+    r"""
+local err = check_types()
+if err then return err end
+local existed = redis.call('EXISTS', I) == 1
+local nb, nt, nl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local j = 6
+for _ = 1, nb do redis.call('HSETNX', B, ARGV[j], ARGV[j + 1]); j = j + 2 end
+for _ = 1, nt do redis.call('HSETNX', W, ARGV[j], ARGV[j + 1]); j = j + 2 end
+for _ = 1, nl do
+  local f = ARGV[j]
+  local tasks, have, changed = tasks_of(f), {}, false
+  for _, t in ipairs(tasks) do have[t] = true end
+  for _, t in ipairs(cmsgpack.unpack(ARGV[j + 1])) do
+    if not have[t] then
+      tasks[#tasks + 1] = t
+      changed = true
+    end
+  end
+  if changed then redis.call('HSET', W, f, cmsgpack.pack(tasks)) end
+  j = j + 2
+end
+while j <= #ARGV do
+  local f = ARGV[j]
+  if redis.call('HEXISTS', H, f) == 0 then
+    local ns, id = split(f)
+    redis.call('HSET', C, f, ARGV[j + 2])
+    redis.call('HSET', H, f, ARGV[j + 1])
+    redis.call('ZADD', I, 0, f)
+    redis.call('ZADD', N, 0, id .. SEP .. ns)
+  end
+  j = j + 3
+end
+expire_all(ARGV[1])
+return registration(ARGV[2], existed)
+""",
+)
+
+
+def _index_lua(name: str, flags: str | None, body: str) -> LuaScript:
+    shebang = "#!lua" if flags is None else f"#!lua flags={flags}"
+    return LuaScript(name, f"{shebang}\n{body.strip()}\n")
+
+
+# KEYS: a tenant's index. ARGV: start, stop (ranks). Flat member/score list.
+INDEX_PAGE = _index_lua(
+    "index_page",
+    "no-writes",
+    "return redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES')",
+)
+
+# KEYS: a tenant's index. ARGV: thread, score. Removes the thread only if it was not
+# registered again since the caller read that score.
+INDEX_FORGET = _index_lua(
+    "index_forget",
+    "allow-oom",
+    r"""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+""",
+)
+
+#: Every script, for ``setup()`` to load.
+SCRIPTS: tuple[LuaScript, ...] = (
+    PUT,
+    PUT_WRITES,
+    GET,
+    PAGE,
+    IDS,
+    FETCH,
+    DELETE_RUNS,
+    HAS_DELTA,
+    PRUNE,
+    READ_ALL,
+    MERGE,
+    INDEX_PAGE,
+    INDEX_FORGET,
+)
+
+
+# ---------------------------------------------------------------- names
+
+
+def validate_prefix(prefix: str) -> str:
+    """Check that ``prefix`` can start the saver's key names and return it."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigurationError(f"prefix must be a non-empty string, got {prefix!r}")
+    bad = [c for c in "{}\x00" if c in prefix]
+    if bad or len(prefix) > 128:
+        raise ConfigurationError(
+            f"prefix {prefix!r} is not allowed: use up to 128 characters without "
+            "'{', '}' or NUL (a brace would change the keys' cluster hash slot), e.g. 'lgd'"
+        )
+    return prefix
+
+
+def _tag_part(value: str) -> str:
+    """Percent-encode the characters that delimit a hash tag or its parts."""
+    return value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
+
+
+def _ident(value: Any, what: str) -> str:
+    """``value`` as a string fit for a key or field part (no NUL, valid UTF-8)."""
+    text = value if isinstance(value, str) else str(value)
+    if SEP in text:
+        raise InvalidInputError(f"{what} must not contain NUL characters, got {text!r}")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} is not valid Unicode text: {text!r}") from exc
+    return text
+
+
+class KeyLayout:
+    """The key names of one saver prefix (see the module docstring).
+
+    Args:
+        prefix: The key prefix (validated).
+    """
+
+    SUFFIXES = ("h", "c", "b", "w", "i", "n")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = validate_prefix(prefix)
+
+    def tag(self, tenant: str, thread: str) -> str:
+        """The hash tag shared by every key of one thread (with braces)."""
+        return "{" + _tag_part(tenant) + ":" + _tag_part(thread) + "}"
+
+    def thread(self, tenant: str, thread: str) -> tuple[str, ...]:
+        """The six keys of a thread, in the order the scripts expect."""
+        base = f"{self.prefix}:{self.tag(tenant, thread)}:"
+        return tuple(base + s for s in self.SUFFIXES)
+
+    def tenant_index(self, tenant: str) -> str:
+        """The sorted set of a tenant's thread ids (its own slot)."""
+        return f"{self.prefix}:threads:{{{_tag_part(tenant)}}}"
+
+
+def split_cluster_url(url: str) -> tuple[str, bool]:
+    """A redis-py URL and whether it names a cluster.
+
+    ``redis+cluster://``, ``rediss+cluster://`` and a ``cluster=true`` query
+    parameter name a cluster; the returned URL has plain ``redis://`` /
+    ``rediss://`` and no ``cluster`` parameter.
+
+    Raises:
+        ConfigurationError: Not a Redis URL.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"a Redis URL is required, got {url!r}")
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    cluster = False
+    if scheme.endswith("+cluster"):
+        scheme, cluster = scheme[: -len("+cluster")], True
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ConfigurationError(
+            f"unsupported Redis URL scheme {parts.scheme!r} in {url!r}: use redis://, "
+            "rediss://, unix://, or redis+cluster:// / rediss+cluster:// for a cluster"
+        )
+    query = []
+    named = False
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower() == "cluster":
+            named = True
+            if value.lower() in ("1", "true", "yes", "on"):
+                cluster = True
+            elif value.lower() not in ("0", "false", "no", "off", ""):
+                raise ConfigurationError(f"cluster={value!r} in {url!r}: use true or false")
+            continue
+        query.append((name, value))
+    if cluster and scheme == "unix":
+        raise ConfigurationError(f"a cluster cannot be reached over a unix socket: {url!r}")
+    if scheme == parts.scheme.lower() and not named:
+        return url.strip(), cluster  # as given: nothing to take out
+    rebuilt = urlunsplit((scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+    return rebuilt, cluster
+
+
+# ---------------------------------------------------------------- records
+
+
+def _pack(value: Any) -> bytes:
+    try:
+        return ormsgpack.packb(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"cannot encode a record for Redis: {exc}") from exc
+
+
+def encode_header(rec: CheckpointRecord) -> bytes:
+    """The part of a record the scripts read (str, int and bool only: Lua's cmsgpack)."""
+    refs: list[str] = []
+    for channel, version in rec.blob_refs:
+        refs.append(_ident(channel, "channel name"))
+        refs.append(_ident(version, "channel version"))
+    return _pack(
+        [
+            rec.v,
+            False if rec.parent_checkpoint_id is None else str(rec.parent_checkpoint_id),
+            False if rec.run_id is None else rec.run_id,
+            refs,
+            "counters_since_delta_snapshot" in rec.metadata_index,
+        ]
+    )
+
+
+def encode_payload(rec: CheckpointRecord) -> bytes:
+    """The part of a record only Python reads."""
+    index = json.dumps(rec.metadata_index, separators=(",", ":"))
+    return _pack([index, rec.body.type, rec.body.data, rec.metadata.type, rec.metadata.data])
+
+
+def encode_blob(sealed: Sealed | None) -> bytes:
+    """A channel value (``None``: the channel is empty)."""
+    if sealed is None:
+        return _pack(["empty", None])
+    return _pack([sealed.type, sealed.data])
+
+
+def encode_frame(record: WriteRecord) -> bytes:
+    """One pending write as a frame (see the module docstring)."""
+    if not _INT32[0] <= record.idx <= _INT32[1]:
+        raise InvalidInputError(f"write index {record.idx} is out of range")
+    head = _pack([record.task_id, record.task_path, record.channel, record.sealed.type])
+    data = record.sealed.data
+    return _FRAME_HEAD.pack(record.idx, len(head)) + head + _LEN.pack(len(data)) + data
+
+
+def decode_frames(blob: bytes) -> Iterator[tuple[str, str, int, str, Sealed]]:
+    """(task id, task path, idx, channel, sealed) of each frame in ``blob``."""
+    pos, end = 0, len(blob)
+    try:
+        while pos < end:
+            idx, hlen = _FRAME_HEAD.unpack_from(blob, pos)
+            pos += 8
+            task_id, task_path, channel, type_ = ormsgpack.unpackb(blob[pos : pos + hlen])
+            pos += hlen
+            (dlen,) = _LEN.unpack_from(blob, pos)
+            pos += 4
+            data = bytes(blob[pos : pos + dlen])
+            if len(data) != dlen:
+                raise ValueError("truncated frame")
+            pos += dlen
+            yield task_id, task_path, idx, channel, Sealed(type_, data)
+    except (struct.error, ValueError, TypeError) as exc:
+        raise CorruptRecordError(f"a stored write frame cannot be read: {exc}") from exc
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+class _Entry:
+    """One checkpoint as a read script returns it."""
+
+    __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "writes", "sends")
+
+    def __init__(self, raw: Sequence[Any]) -> None:
+        try:
+            ns, cid, hdr, payload, blobs, writes, sends = raw
+            self.ns = _text(ns)
+            self.checkpoint_id = _text(cid)
+            self.header = ormsgpack.unpackb(hdr)
+            self.payload = ormsgpack.unpackb(payload)
+        except (ValueError, TypeError) as exc:
+            raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
+        self.blobs: list[Any] = list(blobs or [])
+        self.writes: list[Any] = list(writes or [])
+        self.sends: list[Any] = list(sends or [])
+
+    def metadata_index(self) -> dict[str, Any]:
+        try:
+            index = json.loads(self.payload[0])
+        except (ValueError, TypeError, IndexError) as exc:
+            raise CorruptRecordError(
+                f"checkpoint {self.checkpoint_id}: stored metadata index cannot be read: {exc}"
+            ) from exc
+        return index if isinstance(index, dict) else {}
+
+    def stored(self, thread: str) -> StoredCheckpoint:
+        try:
+            _v, parent, _run, refs, _delta = self.header
+            _index, c_type, c_data, m_type, m_data = self.payload
+        except (ValueError, TypeError) as exc:
+            raise CorruptRecordError(
+                f"checkpoint {self.checkpoint_id} of thread {thread!r} has a malformed record"
+            ) from exc
+        blobs: list[tuple[str, str, Sealed | None]] = []
+        for j, raw in enumerate(self.blobs):
+            if not raw:  # missing blob: the channel is absent, as in a SQL join
+                continue
+            try:
+                b_type, b_data = ormsgpack.unpackb(raw)
+            except (ValueError, TypeError) as exc:
+                raise CorruptRecordError(f"a stored channel value cannot be read: {exc}") from exc
+            sealed = None if b_type == "empty" or b_data is None else Sealed(b_type, b_data)
+            blobs.append((refs[2 * j], refs[2 * j + 1], sealed))
+        writes = [w for blob in self.writes for w in decode_frames(blob)]
+        sends = [
+            (task_id, path, idx, sealed)
+            for blob in self.sends
+            for task_id, path, idx, channel, sealed in decode_frames(blob)
+            if channel == TASKS
+        ]
+        return StoredCheckpoint(
+            thread=thread,
+            ns=self.ns,
+            checkpoint_id=self.checkpoint_id,
+            parent_checkpoint_id=parent if isinstance(parent, str) else None,
+            body=Sealed(c_type, c_data),
+            metadata=Sealed(m_type, m_data),
+            blobs=blobs,
+            writes=writes,
+            parent_sends=sends,
+        )
+
+
+def _first_error(results: Iterable[Any]) -> None:
+    for result in results:
+        if isinstance(result, DurableError):
+            raise result
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class _Desc:
+    """Heap item that pops the largest key first."""
+
+    __slots__ = ("key", "cursor")
+
+    def __init__(self, key: tuple[str, str, str], cursor: _Cursor) -> None:
+        self.key = key
+        self.cursor = cursor
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.key > other.key
+
+
+class _Cursor:
+    """Where a cross-thread listing is in one thread."""
+
+    __slots__ = ("thread", "keys", "members", "more", "last")
+
+    def __init__(self, thread: str, keys: tuple[str, ...]) -> None:
+        self.thread = thread
+        self.keys = keys
+        self.members: deque[bytes] = deque()
+        self.more = False
+        self.last = b""
+
+    def fill(self, more: int, members: Sequence[bytes]) -> None:
+        self.members.extend(members)
+        self.more = bool(more)
+        if members:
+            self.last = members[-1]
+
+    def head(self) -> _Desc | None:
+        if not self.members:
+            return None
+        cid, _, ns = self.members[0].partition(b"\x00")
+        return _Desc((cid.decode(), self.thread, ns.decode()), self)
+
+
+# ---------------------------------------------------------------- operations
+
+
+class RedisOps:
+    """The saver's operations on one key prefix, as sans-IO generators.
+
+    Args:
+        prefix: Key prefix of every key the saver writes.
+        ttl_ms: Per-thread time to live in milliseconds, or None for none.
+        refresh_ttl_on_read: Whether reads also restart the thread's TTL.
+        page_size: Checkpoints per ``list`` round trip.
+        codec: The checkpoint codec (owns the record pipeline).
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        ttl_ms: int | None,
+        refresh_ttl_on_read: bool,
+        page_size: int,
+        codec: CheckpointCodec,
+    ) -> None:
+        self.keys = KeyLayout(prefix)
+        self.codec = codec
+        self.page_size = page_size
+        # '0' persists the thread's keys (no TTL), otherwise milliseconds.
+        self._write_ttl = "0" if ttl_ms is None else str(int(ttl_ms))
+        self._read_ttl = str(int(ttl_ms)) if (ttl_ms is not None and refresh_ttl_on_read) else ""
+        # Threads this process added to their tenant's index whose mark is not yet
+        # set; their next write sets it (saving a round trip on the first one).
+        self._pending_marks: dict[tuple[str, str], None] = {}
+
+    # ---- setup ---------------------------------------------------------------
+
+    def setup(self, ttl_set: bool) -> Operation[SetupResult]:
+        """Check the servers, load the scripts, warn about unsafe configuration."""
+        return Operation(self._setup(ttl_set))
+
+    def _setup(self, ttl_set: bool) -> Generator[Any, Any, SetupResult]:
+        infos = yield Command(("INFO", "server"), every_primary=True)
+        versions = tuple(_server_version(info) for info in infos)
+        for text in versions:
+            if _version_tuple(text) < MIN_SERVER_VERSION:
+                raise StorageError(
+                    f"Redis {text} is too old: the saver needs Redis 7.0 or later (or "
+                    "Valkey 7.2 or later) for its Lua script flags"
+                )
+        for script in SCRIPTS:
+            yield Command(("SCRIPT LOAD", script.source))
+        warnings: list[str] = []
+        try:
+            configs = yield Command(
+                ("CONFIG GET", "maxmemory-policy", "save", "appendonly"), every_primary=True
+            )
+        except StorageError as exc:  # managed services often disable CONFIG
+            log.info("cannot read the Redis configuration (%s); eviction check skipped", exc)
+            configs = []
+        for config in configs:
+            message = _eviction_warning(_config_dict(config), ttl_set)
+            if message and message not in warnings:
+                warnings.append(message)
+                log.warning("%s", message)
+        return SetupResult(versions=versions, warnings=tuple(warnings))
+
+    # ---- writes --------------------------------------------------------------
+
+    def put(
+        self,
+        key: ThreadKey,
+        config: dict[str, Any],
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Operation[Any]:
+        """Store a checkpoint with its new blobs: one script, one round trip.
+
+        The first write of a thread adds it to its tenant's index (one more).
+        """
+        return Operation(self._put(key, config, checkpoint, metadata, new_versions))
+
+    def _put(
+        self,
+        key: ThreadKey,
+        config: dict[str, Any],
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Generator[Any, Any, Any]:
+        tenant, thread, ns = self._thread_parts(key)
+        rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
+        checkpoint_id = _ident(rec.checkpoint_id, "checkpoint id")
+        if rec.parent_checkpoint_id is not None:
+            _ident(rec.parent_checkpoint_id, "parent checkpoint id")
+        args: list[Any] = [
+            self._write_ttl,
+            ns,
+            checkpoint_id,
+            encode_header(rec),
+            encode_payload(rec),
+            self._mark_flag(tenant, thread),
+        ]
+        for blob in rec.blobs:
+            args.append(
+                ns
+                + SEP
+                + _ident(blob.channel, "channel name")
+                + SEP
+                + _ident(blob.version, "channel version")
+            )
+            args.append(encode_blob(blob.sealed))
+        result = yield Script(PUT, self.keys.thread(tenant, thread), tuple(args))
+        yield from self._register(tenant, thread, result)
+        return self.codec.config(key, checkpoint_id)
+
+    def put_writes(
+        self,
+        key: ThreadKey,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Operation[None]:
+        """Store a task's pending writes: one script, one round trip."""
+        return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
+
+    def _put_writes(
+        self,
+        key: ThreadKey,
+        checkpoint_id: str,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Generator[Any, Any, None]:
+        if not writes:
+            return None
+        tenant, thread, ns = self._thread_parts(key)
+        field = ns + SEP + _ident(checkpoint_id, "checkpoint id")
+        task = _ident(task_id, "task id")
+        records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task, task_path)
+        args: list[Any] = [self._write_ttl, field, task, "1" if replace else "0"]
+        for record in records:
+            args.append(record.idx)
+            args.append(encode_frame(record))
+        yield Script(PUT_WRITES, self.keys.thread(tenant, thread), tuple(args))
+        return None
+
+    def _thread_parts(self, key: ThreadKey) -> tuple[str, str, str]:
+        return (
+            _ident(key.tenant, "tenant id"),
+            _ident(key.thread, "thread_id"),
+            _ident(key.ns, "checkpoint_ns"),
+        )
+
+    def _mark_flag(self, tenant: str, thread: str) -> str:
+        return "1" if (tenant, thread) in self._pending_marks else "0"
+
+    def _register(
+        self, tenant: str, thread: str, result: Sequence[Any]
+    ) -> Generator[Any, Any, None]:
+        """Add a thread its write script reported unregistered to the tenant's index.
+
+        The index lives in another slot, so this is a second step: if it fails,
+        the thread stays unmarked and the next write reports it again.
+        """
+        self._pending_marks.pop((tenant, thread), None)
+        if not result or int(result[0]) != 1:
+            return None
+        try:
+            yield Command(("ZADD", self.keys.tenant_index(tenant), int(result[1]), thread))
+        except StorageError as exc:
+            log.warning(
+                "thread %r was stored but not added to tenant %r's index (%s); "
+                "its next write adds it",
+                thread,
+                tenant,
+                exc,
+            )
+            return None
+        if len(self._pending_marks) >= PENDING_MARKS_MAX:
+            self._pending_marks.clear()
+        self._pending_marks[(tenant, thread)] = None
+        return None
+
+    # ---- reads ---------------------------------------------------------------
+
+    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Operation[Any]:
+        """The latest (or the given) checkpoint of a thread namespace: one round trip."""
+        return Operation(self._get_tuple(key, checkpoint_id))
+
+    def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
+        tenant, thread, ns = self._thread_parts(key)
+        cid = _ident(checkpoint_id, "checkpoint id") if checkpoint_id else ""
+        raw = yield Script(GET, self.keys.thread(tenant, thread), (ns, cid, self._read_ttl))
+        if not raw:
+            return None
+        return self.codec.decode(key, _Entry(raw).stored(thread))
+
+    def list(
+        self,
+        tenant: str,
+        thread: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        limit: int | None,
+        echo_tenant: bool,
+    ) -> Operation[None]:
+        """Stream matching checkpoints newest first, a page per round trip.
+
+        ``thread`` None lists across the tenant's threads (through its index);
+        ``ns`` None across namespaces of the thread. Filters are matched in
+        Python on each checkpoint's stored metadata index.
+        """
+        return Operation(
+            self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
+        )
+
+    def _list(
+        self,
+        tenant: str,
+        thread: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        filter: dict[str, Any] | None,
+        before_id: str | None,
+        limit: int | None,
+        echo_tenant: bool,
+    ) -> Generator[Any, Any, None]:
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+            if limit == 0:
+                return None
+        if filter is not None and not isinstance(filter, dict):
+            raise InvalidInputError(
+                f"filter must be a dict of metadata keys to values, got {filter!r}"
+            )
+        wanted = normalize_filter(filter)
+        tenant = _ident(tenant, "tenant id")
+        cid = _ident(checkpoint_id, "checkpoint id") if checkpoint_id else None
+        before = _ident(before_id, "before checkpoint id") if before_id else None
+        if cid is not None and before is not None and not cid < before:
+            return None
+        if thread is None:
+            yield from self._list_threads(tenant, cid, wanted, before, limit, echo_tenant)
+            return None
+        thread = _ident(thread, "thread_id")
+        if ns is not None:
+            ns = _ident(ns, "checkpoint_ns")
+        zset, hi, lo = _ranges(ns, cid, before)
+        keys = self.keys.thread(tenant, thread)
+        remaining = limit
+        while True:
+            count = self.page_size
+            if remaining is not None and wanted is None:
+                count = min(remaining, count)
+            more, last, entries = yield Script(PAGE, keys, (zset, hi, lo, count, self._read_ttl))
+            for raw in entries:
+                entry = _Entry(raw)
+                if wanted is not None and not metadata_matches(entry.metadata_index(), wanted):
+                    continue
+                row_key = ThreadKey(tenant, thread, entry.ns, echo_tenant)
+                yield Emit(self.codec.decode(row_key, entry.stored(thread)))
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return None
+            if not int(more):
+                return None
+            hi = "(" + _text(last)
+
+    def _list_threads(
+        self,
+        tenant: str,
+        cid: str | None,
+        wanted: dict[str, Any] | None,
+        before: str | None,
+        limit: int | None,
+        echo_tenant: bool,
+    ) -> Generator[Any, Any, None]:
+        """Merge the newest-first id streams of every thread of a tenant.
+
+        First the ids (a few per thread, a pipeline per ``BATCH_SIZE`` threads),
+        then the full checkpoints in pages of the merged order.
+        """
+        _, hi, lo = _ranges(None, cid, before)
+        threads = yield from self._threads(tenant)
+        heap: list[_Desc] = []
+        gone: list[tuple[str, bytes]] = []
+        probe = min(MERGE_PROBE, limit) if limit is not None else MERGE_PROBE
+        for chunk in _chunks(threads, BATCH_SIZE):
+            cursors = [_Cursor(t, self.keys.thread(tenant, t)) for t, _ in chunk]
+            results = yield Batch(tuple(Script(IDS, c.keys, (hi, lo, probe)) for c in cursors))
+            _first_error(results)
+            for (thread, score), cursor, (exists, more, members) in zip(
+                chunk, cursors, results, strict=True
+            ):
+                if not int(exists):
+                    gone.append((thread, score))
+                    continue
+                cursor.fill(more, members)
+                item = cursor.head()
+                if item is not None:
+                    heapq.heappush(heap, item)
+        yield from self._forget(tenant, gone)
+        remaining = limit
+        while heap:
+            want = self.page_size
+            if remaining is not None and wanted is None:
+                want = min(remaining, want)
+            picked: list[tuple[str, str, str]] = []
+            while heap and len(picked) < want:
+                item = heapq.heappop(heap)
+                cursor = item.cursor
+                cursor.members.popleft()
+                picked.append(item.key)
+                if not cursor.members and cursor.more:
+                    exists, more, members = yield Script(
+                        IDS, cursor.keys, (b"(" + bytes(cursor.last), lo, self.page_size)
+                    )
+                    cursor.fill(more if int(exists) else 0, members if int(exists) else [])
+                nxt = cursor.head()
+                if nxt is not None:
+                    heapq.heappush(heap, nxt)
+            by_thread: dict[str, list[str]] = {}
+            for checkpoint_id, thread, ns in picked:
+                by_thread.setdefault(thread, []).append(ns + SEP + checkpoint_id)
+            order = list(by_thread)
+            results = yield Batch(
+                tuple(
+                    Script(
+                        FETCH,
+                        self.keys.thread(tenant, t),
+                        (self._read_ttl, *by_thread[t]),
+                    )
+                    for t in order
+                )
+            )
+            _first_error(results)
+            found: dict[tuple[str, str, str], _Entry] = {}
+            for thread, entries in zip(order, results, strict=True):
+                for raw in entries:
+                    entry = _Entry(raw)
+                    found[(entry.checkpoint_id, thread, entry.ns)] = entry
+            for pick in picked:
+                hit = found.get(pick)
+                if hit is None:  # deleted since its id was read
+                    continue
+                if wanted is not None and not metadata_matches(hit.metadata_index(), wanted):
+                    continue
+                thread = pick[1]
+                row_key = ThreadKey(tenant, thread, hit.ns, echo_tenant)
+                yield Emit(self.codec.decode(row_key, hit.stored(thread)))
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return None
+        return None
+
+    def _threads(self, tenant: str) -> Generator[Any, Any, Sequence[tuple[str, bytes]]]:
+        """Every (thread id, registration score) in a tenant's index."""
+        index = self.keys.tenant_index(tenant)
+        out: list[tuple[str, bytes]] = []
+        seen: set[str] = set()
+        start = 0
+        while True:
+            flat = yield Script(INDEX_PAGE, (index,), (start, start + INDEX_CHUNK - 1))
+            for j in range(0, len(flat) - 1, 2):
+                thread = _text(flat[j])
+                if thread not in seen:
+                    seen.add(thread)
+                    out.append((thread, bytes(flat[j + 1])))
+            if len(flat) < 2 * INDEX_CHUNK:
+                return out
+            start += INDEX_CHUNK
+
+    def _forget(self, tenant: str, gone: Sequence[tuple[str, bytes]]) -> Generator[Any, Any, None]:
+        """Lazily drop threads that expired or lost their checkpoints from the index."""
+        index = self.keys.tenant_index(tenant)
+        for chunk in _chunks(gone, BATCH_SIZE):
+            results = yield Batch(
+                tuple(Script(INDEX_FORGET, (index,), (thread, score)) for thread, score in chunk)
+            )
+            for result in results:
+                if isinstance(result, DurableError):
+                    log.info("could not drop an expired thread from the index: %s", result)
+        return None
+
+    # ---- deletes, copies, pruning -------------------------------------------
+
+    def delete_thread(self, tenant: str, thread_id: str) -> Operation[None]:
+        """Delete every key of one thread (all namespaces): one round trip."""
+        return Operation(self._delete_threads(tenant, [thread_id]))
+
+    def _delete_threads(self, tenant: str, thread_ids: Sequence[str]) -> Generator[Any, Any, None]:
+        tenant = _ident(tenant, "tenant id")
+        index = self.keys.tenant_index(tenant)
+        threads = [_ident(t, "thread_id") for t in thread_ids]
+        for chunk in _chunks(threads, BATCH_SIZE):
+            requests: list[Command | Script] = []
+            for thread in chunk:
+                self._pending_marks.pop((tenant, thread), None)
+                requests.append(Command(("UNLINK", *self.keys.thread(tenant, thread))))
+                requests.append(Command(("ZREM", index, thread)))
+            _first_error((yield Batch(tuple(requests))))
+        return None
+
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Operation[int]:
+        """Delete the checkpoints (and their writes) made by the given runs.
+
+        Visits every thread in the tenant's index, a pipeline per ``BATCH_SIZE``
+        threads; each thread's script is atomic.
+        """
+        return Operation(self._delete_for_runs(tenant, run_ids))
+
+    def _delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return 0
+        tenant = _ident(tenant, "tenant id")
+        threads = yield from self._threads(tenant)
+        total = 0
+        gone: list[tuple[str, bytes]] = []
+        for chunk in _chunks(threads, BATCH_SIZE):
+            results = yield Batch(
+                tuple(
+                    Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids)) for t, _ in chunk
+                )
+            )
+            _first_error(results)
+            for (thread, score), (deleted, remaining) in zip(chunk, results, strict=True):
+                total += int(deleted)
+                if not int(remaining):
+                    gone.append((thread, score))
+        yield from self._forget(tenant, gone)
+        return total
+
+    def copy_thread(self, tenant: str, source: str, target: str) -> Operation[None]:
+        """Copy every checkpoint, blob and write of a thread to another thread id.
+
+        One read of the source (a consistent snapshot), then writes to the
+        target in chunks of about ``COPY_CHUNK_BYTES``, blobs and writes first
+        and checkpoints last, so a checkpoint is never visible before its parts.
+        Entries the target already has are kept.
+        """
+        return Operation(self._copy_thread(tenant, source, target))
+
+    def _copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
+        if source == target:
+            raise InvalidInputError("copy_thread: source and target thread ids are the same")
+        tenant = _ident(tenant, "tenant id")
+        source = _ident(source, "source thread_id")
+        target = _ident(target, "target thread_id")
+        h, c, b, w = yield Script(READ_ALL, self.keys.thread(tenant, source))
+        payloads = dict(_pairs(c))
+        records = [(f, hdr, payloads.get(f, b"")) for f, hdr in _pairs(h) if f != MARK.encode()]
+        if not records:
+            return None
+        blobs = list(_pairs(b))
+        task_fields: list[tuple[bytes, bytes]] = []
+        task_lists: list[tuple[bytes, bytes]] = []
+        for f, value in _pairs(w):
+            (task_fields if f.count(b"\x00") == 2 else task_lists).append((f, value))
+        keys = self.keys.thread(tenant, target)
+        result: Any = None
+        for counts, args in _copy_chunks(blobs, task_fields, task_lists, records):
+            result = yield Script(
+                MERGE,
+                keys,
+                (self._write_ttl, self._mark_flag(tenant, target), *counts, *args),
+            )
+        yield from self._register(tenant, target, result)
+        return None
+
+    def prune(self, tenant: str, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+        """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
+            )
+        threads = [str(t) for t in thread_ids]
+        if strategy == "delete":
+            return Operation(self._delete_threads(tenant, threads))
+        return Operation(self._prune(tenant, threads))
+
+    def _prune(self, tenant: str, thread_ids: Sequence[str]) -> Generator[Any, Any, None]:
+        tenant = _ident(tenant, "tenant id")
+        threads = [_ident(t, "thread_id") for t in thread_ids]
+        # Refuse before changing anything, like the SQL backend's single transaction.
+        for chunk in _chunks(threads, BATCH_SIZE):
+            results = yield Batch(
+                tuple(Script(HAS_DELTA, self.keys.thread(tenant, t)) for t in chunk)
+            )
+            _first_error(results)
+            for thread, delta in zip(chunk, results, strict=True):
+                if int(delta):
+                    raise _delta_refusal(thread)
+        for chunk in _chunks(threads, BATCH_SIZE):
+            results = yield Batch(tuple(Script(PRUNE, self.keys.thread(tenant, t)) for t in chunk))
+            _first_error(results)
+            for thread, deleted in zip(chunk, results, strict=True):
+                if int(deleted) < 0:  # a DeltaChannel checkpoint arrived meanwhile
+                    raise _delta_refusal(thread)
+        return None
+
+
+def _delta_refusal(thread: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"keep_latest cannot prune thread {thread!r}: it uses a DeltaChannel, "
+        "whose value is rebuilt from the checkpoints keep_latest would delete"
+    )
+
+
+def _ranges(ns: str | None, cid: str | None, before: str | None) -> tuple[str, str, str]:
+    """(sorted set, max, min) of ZREVRANGEBYLEX for a listing's conditions."""
+    if ns is not None:
+        base = ns + SEP
+        if cid is not None:
+            return "i", "[" + base + cid, "[" + base + cid
+        hi = "(" + base + before if before is not None else "(" + ns + "\x01"
+        return "i", hi, "[" + base
+    if cid is not None:
+        return "n", "(" + cid + "\x01", "[" + cid + SEP
+    return "n", ("(" + before + SEP) if before is not None else "+", "-"
+
+
+def _pairs(flat: Sequence[Any]) -> Iterator[tuple[bytes, bytes]]:
+    for j in range(0, len(flat) - 1, 2):
+        yield bytes(flat[j]), bytes(flat[j + 1])
+
+
+def _copy_chunks(
+    blobs: Sequence[tuple[bytes, bytes]],
+    task_fields: Sequence[tuple[bytes, bytes]],
+    task_lists: Sequence[tuple[bytes, bytes]],
+    records: Sequence[tuple[bytes, bytes, bytes]],
+) -> Iterator[tuple[tuple[int, int, int], list[bytes]]]:
+    """MERGE calls of at most ``COPY_CHUNK_BYTES`` each, sections in order."""
+    sections: list[list[tuple[bytes, ...]]] = [
+        list(blobs),
+        list(task_fields),
+        list(task_lists),
+        list(records),
+    ]
+    counts = [0, 0, 0]
+    args: list[bytes] = []
+    size = 0
+    for number, section in enumerate(sections):
+        for item in section:
+            item_size = sum(len(part) for part in item)
+            if args and size + item_size > COPY_CHUNK_BYTES:
+                yield (counts[0], counts[1], counts[2]), args
+                counts, args, size = [0, 0, 0], [], 0
+            if number < 3:
+                counts[number] += 1
+            args.extend(item)
+            size += item_size
+    yield (counts[0], counts[1], counts[2]), args
+
+
+# ---------------------------------------------------------------- setup helpers
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    if isinstance(info, dict):
+        return info
+    text = _text(info)
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not line.startswith("#"):
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _server_version(info: Any) -> str:
+    """The Redis-compatible version a server reports (Valkey reports one too)."""
+    data = _info_dict(info)
+    version = data.get("redis_version") or data.get("valkey_version")
+    if version is None:
+        raise StorageError("the server's INFO reports no redis_version: is this Redis?")
+    return str(version)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _config_dict(config: Any) -> dict[str, str]:
+    if isinstance(config, dict):
+        return {_text(k): _text(v) for k, v in config.items()}
+    items = list(config or [])
+    return {_text(items[j]): _text(items[j + 1]) for j in range(0, len(items) - 1, 2)}
+
+
+def _eviction_warning(config: dict[str, str], ttl_set: bool) -> str | None:
+    """A warning when the server may drop checkpoints on its own, else None."""
+    policy = config.get("maxmemory-policy", "")
+    if policy not in EVICTING_POLICIES:
+        return None
+    if policy.startswith("volatile-") and not ttl_set:
+        return None  # only keys with a TTL are evicted, and this saver sets none
+    persistent = bool(config.get("save", "").strip()) or config.get("appendonly") == "yes"
+    fix = (
+        "set maxmemory-policy to noeviction (writes then fail loudly when memory is full) "
+        "or give the server enough memory"
+    )
+    if persistent:
+        return (
+            f"Redis maxmemory-policy is {policy}: checkpoints can be evicted under memory "
+            f"pressure; {fix}"
+        )
+    return (
+        f"Redis maxmemory-policy is {policy} and persistence is off (no RDB save points, "
+        "appendonly no): checkpoints can silently vanish under memory pressure or on a "
+        f"restart; {fix}, and enable appendonly yes"
+    )

@@ -1,0 +1,241 @@
+"""``RedisSaver`` and ``AsyncRedisSaver``.
+
+Both run the same pure operations (``_ops.RedisOps``) through a sync or an
+async driver (``_driver``); a saver method only resolves the call's tenant and
+thread and hands the operation to its driver.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._core.codec import CheckpointCodec
+from .._core.sansio import Operation
+from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
+from ..errors import ConfigurationError
+from . import _driver
+from ._ops import LIST_PAGE_SIZE, KeyLayout, RedisOps, SetupResult, validate_prefix
+
+__all__ = ["RedisSaver", "AsyncRedisSaver", "RedisOptions"]
+
+
+@dataclass(frozen=True)
+class RedisOptions:
+    """Validated settings of a Redis saver.
+
+    Attributes:
+        prefix: First part of every key the saver writes (no ``{``, ``}``).
+        ttl: Seconds a thread lives after its last write (a number or a
+            ``datetime.timedelta``; stored as seconds), or None to keep threads
+            until they are deleted. Every key of a thread gets the same expiry.
+        refresh_ttl_on_read: Whether ``get_tuple`` and ``list`` also restart
+            the TTL of the threads they read.
+        default_tenant: Tenant used when a call names none.
+        page_size: Checkpoints fetched per ``list`` round trip (1-1000).
+    """
+
+    prefix: str = "lgd"
+    ttl: float | None = None
+    refresh_ttl_on_read: bool = False
+    default_tenant: str = "default"
+    page_size: int = LIST_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        validate_prefix(self.prefix)
+        ttl: Any = self.ttl
+        if isinstance(ttl, datetime.timedelta):
+            ttl = ttl.total_seconds()
+            object.__setattr__(self, "ttl", ttl)
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0.001
+        ):
+            raise ConfigurationError(
+                f"ttl must be None (no expiry) or a positive number of seconds "
+                f"(at least 0.001), got {self.ttl!r}"
+            )
+        if not isinstance(self.refresh_ttl_on_read, bool):
+            raise ConfigurationError(
+                f"refresh_ttl_on_read must be True or False, got {self.refresh_ttl_on_read!r}"
+            )
+        if not isinstance(self.default_tenant, str) or not self.default_tenant:
+            raise ConfigurationError(
+                f"default_tenant must be a non-empty string, got {self.default_tenant!r}"
+            )
+        if (
+            isinstance(self.page_size, bool)
+            or not isinstance(self.page_size, int)
+            or not 1 <= self.page_size <= 1000
+        ):
+            raise ConfigurationError(
+                f"page_size must be an integer from 1 to 1000, got {self.page_size!r}"
+            )
+
+    @property
+    def ttl_ms(self) -> int | None:
+        """The TTL in whole milliseconds (at least 1), or None."""
+        return None if self.ttl is None else max(1, round(self.ttl * 1000))
+
+
+class _RedisSaverBase(DurableSaverBase):
+    """What the sync and async Redis savers share: options, operations, driver."""
+
+    options: RedisOptions
+    _ops: RedisOps
+    _driver_type: Any
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        prefix: str = "lgd",
+        ttl: float | datetime.timedelta | None = None,
+        refresh_ttl_on_read: bool = False,
+        serde: SerializerProtocol | None = None,
+        tenant: str | TenantResolver | None = None,
+        default_tenant: str = "default",
+        page_size: int = LIST_PAGE_SIZE,
+        options: RedisOptions | None = None,
+    ) -> None:
+        if options is None:
+            options = RedisOptions(
+                prefix=prefix,
+                ttl=ttl,  # type: ignore[arg-type]  # a timedelta is normalized
+                refresh_ttl_on_read=refresh_ttl_on_read,
+                default_tenant=default_tenant,
+                page_size=page_size,
+            )
+        elif not isinstance(options, RedisOptions):
+            raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
+        self.options = options
+        self._init_base(serde, tenant, options.default_tenant)
+        self._conn = self._driver_type(conn)
+
+    def _make_ops(self, codec: CheckpointCodec) -> RedisOps:
+        o = self.options
+        return RedisOps(o.prefix, o.ttl_ms, o.refresh_ttl_on_read, o.page_size, codec)
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of this saver's keys."""
+        return self.options.prefix
+
+    @property
+    def keys(self) -> KeyLayout:
+        """The saver's key layout (key names of a thread or a tenant's index)."""
+        return self._ops.keys
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client the saver uses."""
+        return self._conn.client
+
+    def _setup_op(self) -> Operation[SetupResult]:
+        return self._ops.setup(self.options.ttl is not None)
+
+
+class RedisSaver(SyncSaverMethods, _RedisSaverBase):
+    """A LangGraph checkpoint saver on Redis or Valkey (sync).
+
+    Args:
+        conn: A ``redis.Redis`` or ``redis.cluster.RedisCluster`` client (with
+            ``decode_responses=False``, the default), or a URL (``redis://``,
+            ``rediss://``, ``unix://``; ``redis+cluster://``,
+            ``rediss+cluster://`` or ``?cluster=true`` for a cluster), for which
+            the saver opens and owns a client.
+        prefix: First part of every key the saver writes.
+        ttl: Seconds (or a ``timedelta``) a thread lives after its last write;
+            None keeps threads until deleted.
+        refresh_ttl_on_read: Whether reads also restart a thread's TTL.
+        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
+            tenant id, or a callable ``(config) -> tenant id``.
+        default_tenant: Tenant used when a call names none.
+        page_size: Checkpoints fetched per ``list`` round trip.
+        options: A :class:`RedisOptions`; when given it replaces the option
+            arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
+            page_size).
+
+    Example:
+        >>> with RedisSaver.from_conn_string("redis://localhost:6379/0") as saver:
+        ...     saver.setup()
+        ...     graph = builder.compile(checkpointer=saver)
+    """
+
+    _driver_type = _driver.SyncDriver
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[RedisSaver]:
+        """A saver on its own client for ``conn_string``, closed on exit.
+
+        Keyword arguments are those of the constructor.
+        """
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    def close(self) -> None:
+        """Close the client the saver opened (a caller's client stays open)."""
+        self._conn.close()
+
+    def setup(self) -> SetupResult:
+        """Check the server (Redis >= 7.0 or Valkey), load the scripts, check eviction.
+
+        Safe to call any number of times from any number of processes. Logs a
+        warning when the server may evict checkpoints on its own.
+        """
+        return self._run(self._setup_op())  # type: ignore[no-any-return]
+
+    def _run(self, op: Operation[Any]) -> Any:
+        return _driver.run(self._conn, op)
+
+    def _iterate(self, op: Operation[Any]) -> Iterator[Any]:
+        return _driver.iterate(self._conn, op)
+
+
+class AsyncRedisSaver(AsyncSaverMethods, _RedisSaverBase):
+    """A LangGraph checkpoint saver on Redis or Valkey (asyncio).
+
+    Takes a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``
+    client or a URL; other arguments as :class:`RedisSaver`. Its sync methods
+    work from other threads (they run on the saver's event loop), not from the
+    loop's own thread.
+    """
+
+    _driver_type = _driver.AsyncDriver
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[AsyncRedisSaver]:
+        """A saver on its own client for ``conn_string``, closed on exit."""
+        saver = cls(conn_string, **kwargs)
+        saver._bind_loop()
+        try:
+            yield saver
+        finally:
+            await saver.close()
+
+    async def close(self) -> None:
+        """Close the client the saver opened (a caller's client stays open)."""
+        await self._conn.close()
+
+    async def setup(self) -> SetupResult:
+        """Check the server, load the scripts, check eviction (see ``RedisSaver.setup``)."""
+        self._bind_loop()
+        return await self._arun(self._setup_op())  # type: ignore[no-any-return]
+
+    async def _arun(self, op: Operation[Any]) -> Any:
+        return await _driver.arun(self._conn, op)
+
+    def _aiterate(self, op: Operation[Any]) -> AsyncIterator[Any]:
+        return _driver.aiterate(self._conn, op)

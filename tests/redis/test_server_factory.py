@@ -1,0 +1,43 @@
+"""The Agent Server checkpointer factory reads its settings from the environment."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.redis import AsyncRedisSaver
+from langgraph_durable.redis.server import checkpointer, settings_from_env
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="LGD_REDIS_URL"):
+        settings_from_env({})
+    with pytest.raises(ConfigurationError, match="LGD_REDIS_TTL"):
+        settings_from_env({"LGD_REDIS_URL": "redis://x", "LGD_REDIS_TTL": "soon"})
+    with pytest.raises(ConfigurationError, match="REFRESH"):
+        settings_from_env({"LGD_REDIS_URL": "redis://x", "LGD_REDIS_REFRESH_TTL_ON_READ": "?"})
+    s = settings_from_env({"LGD_REDIS_URL": "redis://x", "LGD_REDIS_TTL": "3600"})
+    assert s == {
+        "conn": "redis://x",
+        "prefix": "lgd",
+        "ttl": 3600.0,
+        "refresh_ttl_on_read": False,
+        "setup": True,
+    }
+
+
+async def test_factory_yields_a_set_up_saver(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LGD_REDIS_URL", redis_url)
+    monkeypatch.setenv("LGD_REDIS_PREFIX", redis_prefix)
+    monkeypatch.setenv("LGD_REDIS_TTL", "60")
+    async with checkpointer() as saver:
+        assert isinstance(saver, AsyncRedisSaver) and saver.prefix == redis_prefix
+        assert saver.options.ttl == 60.0
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        cp = empty_checkpoint()
+        await saver.aput(config, cp, {}, {})
+        tup = await saver.aget_tuple(config)
+        assert tup is not None and tup.checkpoint["id"] == cp["id"]
