@@ -1,0 +1,270 @@
+"""Run the pure operations of ``_ops`` on a boto3 DynamoDB client (sync and async).
+
+The only module of the DynamoDB backend that talks to DynamoDB. It owns the
+client (given, or made from the options), the thread pool of the async
+driver, and the translation of botocore errors into ours. Retries are not
+here: the operations decide them (``_ops.DynamoDBOps._call``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .._core.sansio import Emit, Operation, Stepper
+from ..errors import (
+    ConfigurationError,
+    DurableError,
+    StorageError,
+    StorageUnavailableError,
+)
+from ._ops import (
+    RETRYABLE_CODES,
+    Call,
+    RetryableError,
+    Sleep,
+    TableInUseError,
+    TableNotFoundError,
+    TransactionCanceledError,
+)
+
+R = TypeVar("R")
+
+_UNAVAILABLE = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "ConnectionError",
+    "ProxyConnectionError",
+)
+_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "NoRegionError")
+_ACCESS = ("AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException")
+
+
+def translate(exc: BaseException, table: str = "") -> DurableError:
+    """Our error for a botocore error (or anything else a client call raised)."""
+    if isinstance(exc, DurableError):
+        return exc
+    name = type(exc).__name__
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict) and "Error" in response:
+        code = str(response["Error"].get("Code", ""))
+        message = str(response["Error"].get("Message", "")).strip()
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0
+        if code in RETRYABLE_CODES:
+            return RetryableError(f"DynamoDB throttled the call ({code}): {message}", code)
+        if isinstance(status, int) and status >= 500:
+            return RetryableError(
+                f"DynamoDB failed the call (HTTP {status}): {message[:200]}", f"HTTP {status}"
+            )
+        if code == "TransactionCanceledException":
+            reasons = [
+                str(r.get("Code", "None")) for r in response.get("CancellationReasons") or []
+            ]
+            return TransactionCanceledError(
+                f"DynamoDB cancelled the transaction (reasons: {', '.join(reasons) or '?'})",
+                reasons,
+            )
+        if code == "ResourceNotFoundException":
+            return TableNotFoundError(
+                f"DynamoDB table {table!r} does not exist ({message}): call setup() once "
+                "before use (it creates the table), or check the table name and region"
+            )
+        if code == "ResourceInUseException":
+            return TableInUseError(f"DynamoDB table {table!r} is busy: {message}")
+        if code in _ACCESS:
+            return StorageError(
+                f"DynamoDB refused the credentials or permissions ({code}: {message}): see "
+                "the IAM policy in docs/dynamodb.md"
+            )
+        return StorageError(f"DynamoDB error {code}: {message}")
+    if name in _UNAVAILABLE:
+        return StorageUnavailableError(f"DynamoDB is unreachable: {exc}")
+    if name in _CREDENTIALS:
+        return ConfigurationError(
+            f"boto3 cannot sign DynamoDB requests ({exc}): configure AWS credentials and a "
+            "region (environment, profile, or the saver's region option)"
+        )
+    return StorageError(f"unexpected error talking to DynamoDB: {exc!r}")
+
+
+def make_client(options: Any) -> Any:
+    """A boto3 DynamoDB client for ``options`` (botocore's own retries off: ours decide).
+
+    Raises:
+        ConfigurationError: boto3 is missing or the region cannot be resolved.
+    """
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "the DynamoDB saver needs boto3: pip install 'langgraph-durable[dynamodb]'"
+        ) from exc
+    config = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=max(10, options.max_workers),
+        connect_timeout=options.connect_timeout,
+        read_timeout=options.read_timeout,
+    )
+    try:
+        client = boto3.session.Session().client(
+            "dynamodb",
+            region_name=options.region,
+            endpoint_url=options.endpoint_url,
+            config=config,
+        )
+    except Exception as exc:
+        raise translate(exc, options.table) from exc
+    client.meta.events.register("before-call.dynamodb", _invocation_id)
+    return client
+
+
+def _invocation_id(context: dict[str, Any], **_: Any) -> None:
+    """Give each request its invocation id, which botocore draws from ``uuid.uuid4``.
+
+    Applications (and LangGraph's tests) patch ``uuid.uuid4`` to hand out a fixed
+    sequence of ids; a checkpoint saver must not consume it.
+    """
+    retries = context.setdefault("retries", {})
+    retries.setdefault("invocation-id", str(uuid.UUID(bytes=secrets.token_bytes(16), version=4)))
+
+
+def check_client(client: Any) -> Any:
+    """Refuse anything that is not a low-level DynamoDB client."""
+    if not callable(getattr(client, "transact_write_items", None)) or not callable(
+        getattr(client, "batch_get_item", None)
+    ):
+        raise ConfigurationError(
+            "the DynamoDB saver needs a boto3 low-level client (boto3.client('dynamodb')), "
+            f"got {type(client).__name__}"
+        )
+    return client
+
+
+def _call(step: Any) -> Call:
+    if not isinstance(step, Call):
+        raise TypeError(f"operation yielded {step!r}, expected a Call, Sleep or Emit")
+    return step
+
+
+class SyncDriver:
+    """Runs operations with blocking client calls.
+
+    Args:
+        client: A boto3 DynamoDB client.
+        table: The table name (for error messages).
+    """
+
+    def __init__(self, client: Any, table: str) -> None:
+        self.client = client
+        self.table = table
+
+    def run(self, op: Operation[R]) -> R:
+        """Run an operation to its result (it must not emit items)."""
+        stepper = Stepper(op.steps)
+        for _ in self._drive(stepper):
+            raise TypeError("run() was given a streaming operation; use iterate()")
+        return stepper.result  # type: ignore[no-any-return]
+
+    def iterate(self, op: Operation[Any]) -> Iterator[Any]:
+        """Run an operation, yielding the items it emits."""
+        return self._drive(Stepper(op.steps))
+
+    def _drive(self, stepper: Stepper) -> Iterator[Any]:
+        step = stepper.first()
+        try:
+            while step is not None:
+                if isinstance(step, Emit):
+                    yield step.value
+                    step = stepper.send(None)
+                elif isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    step = stepper.send(None)
+                else:
+                    call = _call(step)
+                    try:
+                        result = getattr(self.client, call.operation)(**call.params)
+                    except Exception as exc:
+                        step = stepper.throw(_translated(exc, self.table))
+                        continue
+                    step = stepper.send(result)
+        finally:
+            stepper.close()
+
+
+class AsyncDriver:
+    """Runs operations on the event loop; client calls go to a bounded thread pool.
+
+    boto3 is blocking, so each call runs in one of ``max_workers`` threads
+    while the loop keeps serving other tasks; backoff pauses are
+    ``asyncio.sleep``.
+
+    Args:
+        client: A boto3 DynamoDB client (thread safe).
+        table: The table name (for error messages).
+        max_workers: Size of the pool (calls in flight at once).
+    """
+
+    def __init__(self, client: Any, table: str, max_workers: int) -> None:
+        self.client = client
+        self.table = table
+        self.executor = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="langgraph-durable-dynamodb"
+        )
+
+    async def run(self, op: Operation[R]) -> R:
+        """Run an operation to its result (it must not emit items)."""
+        stepper = Stepper(op.steps)
+        async for _ in self._drive(stepper):
+            raise TypeError("run() was given a streaming operation; use iterate()")
+        return stepper.result  # type: ignore[no-any-return]
+
+    def iterate(self, op: Operation[Any]) -> AsyncIterator[Any]:
+        """Run an operation, yielding the items it emits."""
+        return self._drive(Stepper(op.steps))
+
+    async def call_in_pool(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking function in the driver's pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def _drive(self, stepper: Stepper) -> AsyncIterator[Any]:
+        step = stepper.first()
+        try:
+            while step is not None:
+                if isinstance(step, Emit):
+                    yield step.value
+                    step = stepper.send(None)
+                elif isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = stepper.send(None)
+                else:
+                    call = _call(step)
+                    method = getattr(self.client, call.operation)
+                    try:
+                        result = await self.call_in_pool(method, **call.params)
+                    except Exception as exc:
+                        step = stepper.throw(_translated(exc, self.table))
+                        continue
+                    step = stepper.send(result)
+        finally:
+            stepper.close()
+
+    def close(self) -> None:
+        """Stop the pool (calls in flight finish first)."""
+        self.executor.shutdown(wait=True)
+
+
+def _translated(exc: BaseException, table: str) -> DurableError:
+    error = translate(exc, table)
+    if error is not exc:
+        error.__cause__ = exc
+    return error

@@ -1,0 +1,355 @@
+"""``DynamoDBSaver`` and ``AsyncDynamoDBSaver``.
+
+Both run the same pure operations (``_ops.DynamoDBOps``) through a sync or an
+async driver (``_driver``); a saver method only resolves the call's tenant and
+thread and hands the operation to its driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._core.codec import CheckpointCodec
+from .._core.sansio import Operation
+from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
+from ..errors import ConfigurationError
+from . import _driver
+from ._ops import DynamoDBOps, RetryPolicy, validate_table_name
+
+__all__ = ["DynamoDBSaver", "AsyncDynamoDBSaver", "DynamoDBOptions", "parse_conn_string"]
+
+
+def _positive(name: str, value: Any, kind: Any = int) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind) or not float(value) > 0:
+        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DynamoDBOptions:
+    """Validated settings of a DynamoDB saver.
+
+    Attributes:
+        table: The table holding every item of every thread.
+        region: AWS region of the client the saver creates (None: boto3's default).
+        endpoint_url: Endpoint of that client (e.g. a local DynamoDB-compatible
+            server); None for AWS.
+        ttl: Seconds a thread stays readable after its last write, or None for
+            no expiry. Needs TTL enabled on attribute ``expires_at`` (``setup()``
+            does it when ``create_table`` is true).
+        ttl_refresh: Seconds between sweeps that extend the ``expires_at`` of an
+            active thread's items (default: half of ``ttl``). Shorter sweeps
+            more often; longer keeps expired items stored for longer.
+        create_table: ``setup()`` creates a missing table (on-demand billing) and
+            enables TTL; when false it only checks them.
+        default_tenant: Tenant used when a call names none.
+        max_attempts: Attempts per call while DynamoDB throttles it.
+        retry_base_delay: Seconds of the first backoff (doubled per retry).
+        retry_max_delay: Upper bound of one backoff, in seconds.
+        max_workers: Threads of the async saver's pool (calls in flight at once).
+        connect_timeout: Seconds to connect (client the saver creates).
+        read_timeout: Seconds to wait for a response (client the saver creates).
+        get_page_items: Items read by the first page of a latest-checkpoint
+            lookup: enough for a checkpoint and its writes in one Query.
+        list_page_items: Items per page of a history listing.
+    """
+
+    table: str
+    region: str | None = None
+    endpoint_url: str | None = None
+    ttl: int | None = None
+    ttl_refresh: int | None = None
+    create_table: bool = True
+    default_tenant: str = "default"
+    max_attempts: int = 10
+    retry_base_delay: float = 0.05
+    retry_max_delay: float = 2.0
+    max_workers: int = 8
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    get_page_items: int = 16
+    list_page_items: int = 300
+
+    def __post_init__(self) -> None:
+        validate_table_name(self.table)
+        if self.region is not None and (not isinstance(self.region, str) or not self.region):
+            raise ConfigurationError(f"region must be a region name or None, got {self.region!r}")
+        if self.endpoint_url is not None and (
+            not isinstance(self.endpoint_url, str)
+            or not self.endpoint_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigurationError(
+                f"endpoint_url must be an http(s) URL or None, got {self.endpoint_url!r}"
+            )
+        if self.ttl is not None:
+            _positive("ttl (seconds)", self.ttl)
+        if self.ttl_refresh is not None:
+            _positive("ttl_refresh (seconds)", self.ttl_refresh)
+            if self.ttl is None:
+                raise ConfigurationError("ttl_refresh needs ttl: set ttl (seconds) as well")
+        if not isinstance(self.create_table, bool):
+            raise ConfigurationError(
+                f"create_table must be True or False, got {self.create_table!r}"
+            )
+        if not isinstance(self.default_tenant, str) or not self.default_tenant:
+            raise ConfigurationError(
+                f"default_tenant must be a non-empty string, got {self.default_tenant!r}"
+            )
+        _positive("max_attempts", self.max_attempts)
+        _positive("max_workers", self.max_workers)
+        for name in ("retry_base_delay", "retry_max_delay", "connect_timeout", "read_timeout"):
+            _positive(name, getattr(self, name), (int, float))
+        for name in ("get_page_items", "list_page_items"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+                raise ConfigurationError(f"{name} must be an integer from 1 to 1000, got {value!r}")
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> DynamoDBOptions:
+        """Options from keyword settings, naming any unknown one."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown DynamoDB saver setting(s) {unknown}: use {sorted(known)}"
+            )
+        if "table" not in settings:
+            raise ConfigurationError("a DynamoDB saver needs table='...' (or options=...)")
+        return cls(**settings)
+
+
+_URL_KEYS = {
+    "region": "region",
+    "endpoint": "endpoint_url",
+    "endpoint_url": "endpoint_url",
+    "ttl": "ttl",
+    "ttl_refresh": "ttl_refresh",
+    "create_table": "create_table",
+    "default_tenant": "default_tenant",
+}
+
+
+def parse_conn_string(conn_string: str) -> dict[str, Any]:
+    """Settings from ``dynamodb://TABLE?region=...&endpoint=...&ttl=...``.
+
+    Raises:
+        ConfigurationError: Not a ``dynamodb://`` URL, or an unknown parameter.
+    """
+    if not isinstance(conn_string, str):
+        raise ConfigurationError(f"a dynamodb:// URL is required, got {conn_string!r}")
+    parts = urlsplit(conn_string)
+    if parts.scheme != "dynamodb" or not parts.netloc:
+        raise ConfigurationError(
+            f"{conn_string!r} is not a DynamoDB URL: use dynamodb://TABLE?region=REGION"
+            "[&endpoint=http://HOST:PORT][&ttl=SECONDS]"
+        )
+    settings: dict[str, Any] = {"table": parts.netloc}
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name not in _URL_KEYS:
+            raise ConfigurationError(
+                f"unknown parameter {name!r} in {conn_string!r}: use {sorted(_URL_KEYS)}"
+            )
+        value: Any = values[-1]
+        if name in ("ttl", "ttl_refresh"):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigurationError(f"{name} must be whole seconds, got {value!r}") from None
+        elif name == "create_table":
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ConfigurationError(f"create_table must be true or false, got {value!r}")
+            value = value.lower() in ("true", "1")
+        settings[_URL_KEYS[name]] = value
+    return settings
+
+
+_SAVER_ARGS = ("client", "serde", "tenant", "clock")
+
+
+class _DynamoDBSaverBase(DurableSaverBase):
+    """What the sync and async DynamoDB savers share: options, operations, client."""
+
+    options: DynamoDBOptions
+    _ops: DynamoDBOps
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        options: DynamoDBOptions | None = None,
+        serde: SerializerProtocol | None = None,
+        tenant: str | TenantResolver | None = None,
+        clock: Callable[[], float] | None = None,
+        **settings: Any,
+    ) -> None:
+        if options is not None and settings:
+            raise ConfigurationError(
+                "pass either options=DynamoDBOptions(...) or settings, not both: "
+                f"{sorted(settings)}"
+            )
+        self.options = options if options is not None else DynamoDBOptions.from_settings(settings)
+        if not isinstance(self.options, DynamoDBOptions):
+            raise ConfigurationError(f"options must be DynamoDBOptions, got {options!r}")
+        self._clock = clock or time.time
+        self._init_base(serde, tenant, self.options.default_tenant)
+        self._owns_client = client is None
+        self.client = (
+            _driver.make_client(self.options) if client is None else _driver.check_client(client)
+        )
+        self._runner = self._new_driver()
+
+    def _new_driver(self) -> Any:
+        raise NotImplementedError
+
+    def _make_ops(self, codec: CheckpointCodec) -> DynamoDBOps:
+        o = self.options
+        return DynamoDBOps(
+            o.table,
+            codec,
+            now=self._clock,
+            ttl=o.ttl,
+            ttl_refresh=o.ttl_refresh,
+            retry=RetryPolicy(o.max_attempts, o.retry_base_delay, o.retry_max_delay),
+            get_page_items=o.get_page_items,
+            list_page_items=o.list_page_items,
+        )
+
+    @property
+    def table(self) -> str:
+        """The table holding this saver's items."""
+        return self.options.table
+
+    def _setup_op(self) -> Operation[list[str]]:
+        return self._ops.setup(self.options.create_table)
+
+    def _close_client(self) -> None:
+        if self._owns_client:
+            close = getattr(self.client, "close", None)
+            if close is not None:
+                close()
+
+
+class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
+    """A LangGraph checkpoint saver on one DynamoDB table (sync).
+
+    Args:
+        client: A boto3 low-level DynamoDB client, or None to create one from
+            the options (region, endpoint_url; botocore retries off, since the
+            saver retries throttling itself).
+        options: A :class:`DynamoDBOptions`; or pass its fields as keyword
+            settings instead (``table=...``, ``ttl=...``).
+        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
+            tenant id, or a callable ``(config) -> tenant id``.
+        clock: Seconds since the epoch (default ``time.time``); for tests of TTL.
+        **settings: :class:`DynamoDBOptions` fields, when ``options`` is None.
+
+    Example:
+        >>> with DynamoDBSaver.from_conn_string("dynamodb://checkpoints?region=eu-west-1") as s:
+        ...     s.setup()
+        ...     graph = builder.compile(checkpointer=s)
+    """
+
+    _runner: _driver.SyncDriver
+
+    def _new_driver(self) -> _driver.SyncDriver:
+        return _driver.SyncDriver(self.client, self.options.table)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[DynamoDBSaver]:
+        """A saver with its own client for ``dynamodb://TABLE?region=...&endpoint=...``.
+
+        Keyword arguments are those of the constructor (settings override the URL's).
+        """
+        settings = {**parse_conn_string(conn_string), **kwargs}
+        saver = cls(**settings)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    def close(self) -> None:
+        """Close the client the saver created (a caller's client stays open)."""
+        self._close_client()
+
+    def setup(self) -> list[str]:
+        """Create the table and enable TTL when asked; otherwise check them.
+
+        Returns:
+            What this call changed (empty when the table was ready).
+
+        Raises:
+            SchemaError: The table is missing (and ``create_table`` is false),
+                has another key schema, or lacks the TTL the saver needs.
+        """
+        return self._run(self._setup_op())  # type: ignore[no-any-return]
+
+    def _run(self, op: Operation[Any]) -> Any:
+        return self._runner.run(op)
+
+    def _iterate(self, op: Operation[Any]) -> Iterator[Any]:
+        return self._runner.iterate(op)
+
+
+class AsyncDynamoDBSaver(AsyncSaverMethods, _DynamoDBSaverBase):
+    """A LangGraph checkpoint saver on one DynamoDB table (asyncio).
+
+    boto3 calls run in a bounded thread pool (``max_workers``), so the event
+    loop keeps running while they are in flight. Arguments as
+    :class:`DynamoDBSaver`. Its sync methods work from other threads (they
+    run on the saver's event loop), not from the loop's own thread.
+    """
+
+    _runner: _driver.AsyncDriver
+
+    def _new_driver(self) -> _driver.AsyncDriver:
+        return _driver.AsyncDriver(self.client, self.options.table, self.options.max_workers)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[AsyncDynamoDBSaver]:
+        """A saver with its own client for ``dynamodb://TABLE?...``, closed on exit.
+
+        The client is created in a worker thread (boto3 reads files while
+        creating one), so the loop is not blocked.
+        """
+        saver_args = {k: kwargs.pop(k) for k in _SAVER_ARGS if k in kwargs}
+        options = DynamoDBOptions.from_settings({**parse_conn_string(conn_string), **kwargs})
+        client = saver_args.pop("client", None)
+        created = client is None
+        if created:
+            client = await asyncio.to_thread(_driver.make_client, options)
+        saver = cls(client, options=options, **saver_args)
+        saver._owns_client = created
+        saver._bind_loop()
+        try:
+            yield saver
+        finally:
+            await saver.close()
+
+    async def close(self) -> None:
+        """Stop the thread pool and close the client the saver created."""
+        await asyncio.to_thread(self._runner.close)
+        self._close_client()
+
+    async def setup(self) -> list[str]:
+        """Create the table and enable TTL when asked; otherwise check them."""
+        self._bind_loop()
+        return await self._arun(self._setup_op())  # type: ignore[no-any-return]
+
+    async def _arun(self, op: Operation[Any]) -> Any:
+        return await self._runner.run(op)
+
+    def _aiterate(self, op: Operation[Any]) -> AsyncIterator[Any]:
+        return self._runner.iterate(op)
