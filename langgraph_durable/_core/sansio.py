@@ -18,7 +18,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Emit", "Operation", "Stepper"]
+__all__ = ["Emit", "Sleep", "Operation", "Stepper"]
 
 R = TypeVar("R")
 
@@ -28,6 +28,13 @@ class Emit:
     """An item a streaming operation hands to its caller."""
 
     value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """A pause the operation asks for (e.g. backoff before a retry); the driver sends None."""
+
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from .._core.sansio import Emit, Operation, Stepper
+from .. import _drive
+from .._core.sansio import Operation
 from ..errors import (
     ConfigurationError,
     DurableError,
@@ -121,7 +122,13 @@ class SyncConnector:
             with self._lock, _autocommit(self.conn):
                 yield self.conn
 
-    def execute(self, conn: Connection[Any], q: Query) -> Any:
+    def run_one(self, step: Any) -> Any:
+        """Run one statement on a connection of its own, in autocommit."""
+        with self.connection() as conn:
+            return self.execute(conn, step)
+
+    def execute(self, conn: Connection[Any], step: Any) -> Any:
+        q = _request(step)
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
             cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
             if q.fetch == "all":
@@ -155,50 +162,25 @@ def _request(step: Any) -> Query:
 
 
 def run(connector: SyncConnector, op: Operation[R]) -> R:
-    """Run an operation to its result (it must not emit items)."""
-    stepper = Stepper(op.steps)
-    for _ in _execute(connector, op, stepper):
-        raise TypeError("run() was given a streaming operation; use iterate()")
-    return stepper.result  # type: ignore[no-any-return]
+    """Run an operation to its result.
+
+    A transactional operation runs on one connection inside one transaction;
+    any other runs each statement on its own, in autocommit.
+    """
+    if not op.transaction:
+        return _drive.run(op, connector.run_one, translate)
+    try:
+        with connector.connection() as conn, conn.transaction():
+            return _drive.run(op, lambda q: connector.execute(conn, q), translate)
+    except (psycopg.Error, PoolTimeout) as exc:
+        raise translate(exc) from exc
 
 
 def iterate(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
-    """Run an operation, yielding the items it emits."""
-    return _execute(connector, op, Stepper(op.steps))
-
-
-def _execute(connector: SyncConnector, op: Operation[Any], stepper: Stepper) -> Iterator[Any]:
+    """Run a streaming operation, each page on a connection of its own."""
     if op.transaction:
-        try:
-            with connector.connection() as conn, conn.transaction():
-                yield from _drive(stepper, lambda q: connector.execute(conn, q))
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(exc) from exc
-    else:
-
-        def execute(q: Query) -> Any:
-            with connector.connection() as conn:
-                return connector.execute(conn, q)
-
-        yield from _drive(stepper, execute)
-
-
-def _drive(stepper: Stepper, execute: Any) -> Iterator[Any]:
-    step = stepper.first()
-    try:
-        while step is not None:
-            if isinstance(step, Emit):
-                yield step.value
-                step = stepper.send(None)
-                continue
-            try:
-                result = execute(_request(step))
-            except Exception as exc:
-                step = stepper.throw(translate(exc))
-                continue
-            step = stepper.send(result)
-    finally:
-        stepper.close()
+        raise TypeError("a transactional operation cannot stream")
+    return _drive.iterate(op, connector.run_one, translate)
 
 
 class AsyncConnector:
@@ -247,7 +229,13 @@ class AsyncConnector:
             async with self._lock, _aautocommit(self.conn):
                 yield self.conn
 
-    async def execute(self, conn: AsyncConnection[Any], q: Query) -> Any:
+    async def run_one(self, step: Any) -> Any:
+        """Run one statement on a connection of its own, in autocommit."""
+        async with self.connection() as conn:
+            return await self.execute(conn, step)
+
+    async def execute(self, conn: AsyncConnection[Any], step: Any) -> Any:
+        q = _request(step)
         async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
             await cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
             if q.fetch == "all":
@@ -275,51 +263,18 @@ async def _aautocommit(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
 
 
 async def arun(connector: AsyncConnector, op: Operation[R]) -> R:
-    """Run an operation to its result (it must not emit items)."""
-    stepper = Stepper(op.steps)
-    async for _ in _aexecute(connector, op, stepper):
-        raise TypeError("arun() was given a streaming operation; use aiterate()")
-    return stepper.result  # type: ignore[no-any-return]
+    """Run an operation to its result (see :func:`run`)."""
+    if not op.transaction:
+        return await _drive.arun(op, connector.run_one, translate)
+    try:
+        async with connector.connection() as conn, conn.transaction():
+            return await _drive.arun(op, lambda q: connector.execute(conn, q), translate)
+    except (psycopg.Error, PoolTimeout) as exc:
+        raise translate(exc) from exc
 
 
 def aiterate(connector: AsyncConnector, op: Operation[Any]) -> AsyncIterator[Any]:
-    """Run an operation, yielding the items it emits."""
-    return _aexecute(connector, op, Stepper(op.steps))
-
-
-async def _aexecute(
-    connector: AsyncConnector, op: Operation[Any], stepper: Stepper
-) -> AsyncIterator[Any]:
+    """Run a streaming operation, each page on a connection of its own."""
     if op.transaction:
-        try:
-            async with connector.connection() as conn, conn.transaction():
-                async for item in _adrive(stepper, lambda q: connector.execute(conn, q)):
-                    yield item
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(exc) from exc
-    else:
-
-        async def execute(q: Query) -> Any:
-            async with connector.connection() as conn:
-                return await connector.execute(conn, q)
-
-        async for item in _adrive(stepper, execute):
-            yield item
-
-
-async def _adrive(stepper: Stepper, execute: Any) -> AsyncIterator[Any]:
-    step = stepper.first()
-    try:
-        while step is not None:
-            if isinstance(step, Emit):
-                yield step.value
-                step = stepper.send(None)
-                continue
-            try:
-                result = await execute(_request(step))
-            except Exception as exc:
-                step = stepper.throw(translate(exc))
-                continue
-            step = stepper.send(result)
-    finally:
-        stepper.close()
+        raise TypeError("a transactional operation cannot stream")
+    return _drive.aiterate(op, connector.run_one, translate)
