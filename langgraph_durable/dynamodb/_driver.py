@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import secrets
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .._core.sansio import Emit, Operation, Stepper
+from .. import _drive
+from .._core.sansio import Operation
 from ..errors import (
     ConfigurationError,
     DurableError,
@@ -28,7 +28,6 @@ from ._ops import (
     RETRYABLE_CODES,
     Call,
     RetryableError,
-    Sleep,
     TableInUseError,
     TableNotFoundError,
     TransactionCanceledError,
@@ -169,35 +168,18 @@ class SyncDriver:
 
     def run(self, op: Operation[R]) -> R:
         """Run an operation to its result (it must not emit items)."""
-        stepper = Stepper(op.steps)
-        for _ in self._drive(stepper):
-            raise TypeError("run() was given a streaming operation; use iterate()")
-        return stepper.result  # type: ignore[no-any-return]
+        return _drive.run(op, self._execute, self._translate)
 
     def iterate(self, op: Operation[Any]) -> Iterator[Any]:
         """Run an operation, yielding the items it emits."""
-        return self._drive(Stepper(op.steps))
+        return _drive.iterate(op, self._execute, self._translate)
 
-    def _drive(self, stepper: Stepper) -> Iterator[Any]:
-        step = stepper.first()
-        try:
-            while step is not None:
-                if isinstance(step, Emit):
-                    yield step.value
-                    step = stepper.send(None)
-                elif isinstance(step, Sleep):
-                    time.sleep(step.seconds)
-                    step = stepper.send(None)
-                else:
-                    call = _call(step)
-                    try:
-                        result = getattr(self.client, call.operation)(**call.params)
-                    except Exception as exc:
-                        step = stepper.throw(_translated(exc, self.table))
-                        continue
-                    step = stepper.send(result)
-        finally:
-            stepper.close()
+    def _execute(self, step: Any) -> Any:
+        call = _call(step)
+        return getattr(self.client, call.operation)(**call.params)
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        return _translated(exc, self.table)
 
 
 class AsyncDriver:
@@ -222,41 +204,23 @@ class AsyncDriver:
 
     async def run(self, op: Operation[R]) -> R:
         """Run an operation to its result (it must not emit items)."""
-        stepper = Stepper(op.steps)
-        async for _ in self._drive(stepper):
-            raise TypeError("run() was given a streaming operation; use iterate()")
-        return stepper.result  # type: ignore[no-any-return]
+        return await _drive.arun(op, self._execute, self._translate)
 
     def iterate(self, op: Operation[Any]) -> AsyncIterator[Any]:
         """Run an operation, yielding the items it emits."""
-        return self._drive(Stepper(op.steps))
+        return _drive.aiterate(op, self._execute, self._translate)
 
     async def call_in_pool(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a blocking function in the driver's pool."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
-    async def _drive(self, stepper: Stepper) -> AsyncIterator[Any]:
-        step = stepper.first()
-        try:
-            while step is not None:
-                if isinstance(step, Emit):
-                    yield step.value
-                    step = stepper.send(None)
-                elif isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                    step = stepper.send(None)
-                else:
-                    call = _call(step)
-                    method = getattr(self.client, call.operation)
-                    try:
-                        result = await self.call_in_pool(method, **call.params)
-                    except Exception as exc:
-                        step = stepper.throw(_translated(exc, self.table))
-                        continue
-                    step = stepper.send(result)
-        finally:
-            stepper.close()
+    async def _execute(self, step: Any) -> Any:
+        call = _call(step)
+        return await self.call_in_pool(getattr(self.client, call.operation), **call.params)
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        return _translated(exc, self.table)
 
     def close(self) -> None:
         """Stop the pool (calls in flight finish first)."""

@@ -44,7 +44,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import Sealed
-from .._core.sansio import Emit, Operation
+from .._core.sansio import Emit, Operation, Sleep
 from ..errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -123,13 +123,6 @@ class Call:
 
     operation: str
     params: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """A pause before a retry (``time.sleep`` or ``asyncio.sleep``)."""
-
-    seconds: float
 
 
 class RetryableError(StorageUnavailableError):

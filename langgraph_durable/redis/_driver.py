@@ -25,7 +25,8 @@ import redis.retry
 from redis import exceptions as rx
 from redis.backoff import ExponentialBackoff
 
-from .._core.sansio import Emit, Operation, Stepper
+from .. import _drive
+from .._core.sansio import Operation
 from ..errors import (
     ConfigurationError,
     DurableError,
@@ -236,33 +237,12 @@ class SyncDriver:
 
 def run(driver: SyncDriver, op: Operation[R]) -> R:
     """Run an operation to its result (it must not emit items)."""
-    stepper = Stepper(op.steps)
-    for _ in _drive(driver, stepper):
-        raise TypeError("run() was given a streaming operation; use iterate()")
-    return stepper.result  # type: ignore[no-any-return]
+    return _drive.run(op, lambda step: driver.execute(_request(step)), translate)
 
 
 def iterate(driver: SyncDriver, op: Operation[Any]) -> Iterator[Any]:
     """Run an operation, yielding the items it emits."""
-    return _drive(driver, Stepper(op.steps))
-
-
-def _drive(driver: SyncDriver, stepper: Stepper) -> Iterator[Any]:
-    step = stepper.first()
-    try:
-        while step is not None:
-            if isinstance(step, Emit):
-                yield step.value
-                step = stepper.send(None)
-                continue
-            try:
-                result = driver.execute(_request(step))
-            except Exception as exc:
-                step = stepper.throw(translate(exc))
-                continue
-            step = stepper.send(result)
-    finally:
-        stepper.close()
+    return _drive.iterate(op, lambda step: driver.execute(_request(step)), translate)
 
 
 # ---------------------------------------------------------------- async
@@ -348,33 +328,12 @@ class AsyncDriver:
 
 async def arun(driver: AsyncDriver, op: Operation[R]) -> R:
     """Run an operation to its result (it must not emit items)."""
-    stepper = Stepper(op.steps)
-    async for _ in _adrive(driver, stepper):
-        raise TypeError("arun() was given a streaming operation; use aiterate()")
-    return stepper.result  # type: ignore[no-any-return]
+    return await _drive.arun(op, lambda step: driver.execute(_request(step)), translate)
 
 
 def aiterate(driver: AsyncDriver, op: Operation[Any]) -> AsyncIterator[Any]:
     """Run an operation, yielding the items it emits."""
-    return _adrive(driver, Stepper(op.steps))
-
-
-async def _adrive(driver: AsyncDriver, stepper: Stepper) -> AsyncIterator[Any]:
-    step = stepper.first()
-    try:
-        while step is not None:
-            if isinstance(step, Emit):
-                yield step.value
-                step = stepper.send(None)
-                continue
-            try:
-                result = await driver.execute(_request(step))
-            except Exception as exc:
-                step = stepper.throw(translate(exc))
-                continue
-            step = stepper.send(result)
-    finally:
-        stepper.close()
+    return _drive.aiterate(op, lambda step: driver.execute(_request(step)), translate)
 
 
 def _connect_error(exc: BaseException) -> DurableError:
