@@ -25,12 +25,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from .._server import env_flag, env_required, set_up_saver
 from ..errors import ConfigurationError
 from .saver import AsyncPostgresSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
-
-_OFF = {"0", "off", "false", "no"}
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -40,11 +39,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         ConfigurationError: ``LGD_POSTGRES_URL`` is missing or a value is malformed.
     """
     env = os.environ if env is None else env
-    url = env.get("LGD_POSTGRES_URL", "").strip()
-    if not url:
-        raise ConfigurationError(
-            "LGD_POSTGRES_URL is not set: give the PostgreSQL URL the checkpointer should use"
-        )
+    url = env_required(env, "LGD_POSTGRES_URL", "the PostgreSQL URL the checkpointer should use")
     pool = env.get("LGD_POSTGRES_POOL_SIZE", "4").strip()
     if not pool.isdigit() or int(pool) < 1:
         raise ConfigurationError(f"LGD_POSTGRES_POOL_SIZE must be a positive integer, got {pool!r}")
@@ -52,10 +47,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "conn": url,
         "schema": env.get("LGD_POSTGRES_SCHEMA", "langgraph_durable").strip(),
         "pool_size": int(pool),
-        "prepare_threshold": None
-        if env.get("LGD_POSTGRES_PREPARE", "on").strip().lower() in _OFF
-        else 5,
-        "setup": env.get("LGD_POSTGRES_SETUP", "on").strip().lower() not in _OFF,
+        "prepare_threshold": 5 if env_flag(env, "LGD_POSTGRES_PREPARE", True) else None,
+        "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
 
 
@@ -65,7 +58,7 @@ async def checkpointer() -> AsyncIterator[AsyncPostgresSaver]:
     settings = settings_from_env()
     run_setup = settings.pop("setup")
     url = settings.pop("conn")
-    async with AsyncPostgresSaver.from_conn_string(url, **settings) as saver:
-        if run_setup:
-            await saver.setup()
+    async with set_up_saver(
+        AsyncPostgresSaver.from_conn_string(url, **settings), run_setup
+    ) as saver:
         yield saver

@@ -27,24 +27,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from .._server import env_flag, env_required, set_up_saver
 from ..errors import ConfigurationError
 from .saver import AsyncRedisSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
-
-_OFF = {"0", "off", "false", "no"}
-_ON = {"1", "on", "true", "yes"}
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    value = env.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ConfigurationError(f"{name} must be on or off, got {value!r}")
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -54,12 +41,11 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         ConfigurationError: ``LGD_REDIS_URL`` is missing or a value is malformed.
     """
     env = os.environ if env is None else env
-    url = env.get("LGD_REDIS_URL", "").strip()
-    if not url:
-        raise ConfigurationError(
-            "LGD_REDIS_URL is not set: give the Redis URL the checkpointer should use "
-            "(redis+cluster://host:port for a cluster)"
-        )
+    url = env_required(
+        env,
+        "LGD_REDIS_URL",
+        "the Redis URL the checkpointer should use (redis+cluster://host:port for a cluster)",
+    )
     ttl_text = env.get("LGD_REDIS_TTL", "").strip()
     ttl: float | None = None
     if ttl_text:
@@ -73,8 +59,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "conn": url,
         "prefix": env.get("LGD_REDIS_PREFIX", "lgd").strip() or "lgd",
         "ttl": ttl,
-        "refresh_ttl_on_read": _flag(env, "LGD_REDIS_REFRESH_TTL_ON_READ", False),
-        "setup": _flag(env, "LGD_REDIS_SETUP", True),
+        "refresh_ttl_on_read": env_flag(env, "LGD_REDIS_REFRESH_TTL_ON_READ", False),
+        "setup": env_flag(env, "LGD_REDIS_SETUP", True),
     }
 
 
@@ -84,7 +70,5 @@ async def checkpointer() -> AsyncIterator[AsyncRedisSaver]:
     settings = settings_from_env()
     run_setup = settings.pop("setup")
     url = settings.pop("conn")
-    async with AsyncRedisSaver.from_conn_string(url, **settings) as saver:
-        if run_setup:
-            await saver.setup()
+    async with set_up_saver(AsyncRedisSaver.from_conn_string(url, **settings), run_setup) as saver:
         yield saver

@@ -1,0 +1,34 @@
+"""The Agent Server checkpointer factory for DynamoDB reads its settings from the environment."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_durable.dynamodb import AsyncDynamoDBSaver
+from langgraph_durable.dynamodb.server import checkpointer, settings_from_env
+from langgraph_durable.errors import ConfigurationError
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="LGD_DYNAMODB_URL"):
+        settings_from_env({})
+    with pytest.raises(ConfigurationError, match="on or off"):
+        settings_from_env({"LGD_DYNAMODB_URL": "dynamodb://t", "LGD_DYNAMODB_SETUP": "maybe"})
+    assert settings_from_env({"LGD_DYNAMODB_URL": "dynamodb://t"})["setup"] is True
+
+
+async def test_factory_creates_the_table_and_yields_a_saver(
+    dynamodb_endpoint: str, dynamodb_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "LGD_DYNAMODB_URL",
+        f"dynamodb://{dynamodb_table}?region=us-east-1&endpoint={dynamodb_endpoint}",
+    )
+    async with checkpointer() as saver:
+        assert isinstance(saver, AsyncDynamoDBSaver)
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        cp = empty_checkpoint()
+        await saver.aput(config, cp, {}, {})
+        tup = await saver.aget_tuple(config)
+        assert tup is not None and tup.checkpoint["id"] == cp["id"]
