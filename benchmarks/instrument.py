@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import select
 import selectors
 import socket
 import threading
@@ -120,8 +121,16 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Whether bytes (or EOF) are waiting on ``sock`` right now."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
 class RoundTripProxy:
-    """A TCP relay between the client and PostgreSQL that counts protocol round trips.
+    """A TCP relay between the client and a server that counts protocol round trips.
 
     A *round trip* is counted each time the server starts sending after the client has sent
     something since the server last sent: one client->server burst answered by one
@@ -132,11 +141,23 @@ class RoundTripProxy:
 
     The relay adds latency, so it is used only in a separate, sequential counting pass and
     never while throughput or latency is being timed.
+
+    A client may write one burst in several pieces (redis-py writes a pipeline's large
+    values separately), and a server may answer its first commands before the rest has
+    arrived (Redis answers ``+QUEUED`` per command inside ``MULTI``). An answer that
+    comes while more of the client's bytes are already waiting at the relay is therefore
+    not counted: the client was not waiting for it. ``recv_size`` is how much the relay
+    reads at once (Redis is relayed with 1 MB reads).
+
+    Setting ``delay`` (seconds) holds each answer that starts a round trip for that long
+    before passing it on: a network between client and server, emulated on loopback.
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, recv_size: int = 1 << 16) -> None:
         # A host starting with "/" is a Unix-socket directory, as in libpq.
         self.target = (target_host, target_port)
+        self.recv_size = recv_size
+        self.delay = 0.0  # seconds added to every round trip (0: none)
         self._lock = threading.Lock()
         self.round_trips = 0
         self.bytes_up = 0
@@ -193,7 +214,7 @@ class RoundTripProxy:
             while not self._stop.is_set():
                 for key, _ in sel.select(timeout=0.2):
                     src = key.fileobj
-                    data = src.recv(1 << 16)  # type: ignore[union-attr]
+                    data = src.recv(self.recv_size)  # type: ignore[union-attr]
                     if not data:
                         return
                     if key.data == "up":
@@ -202,11 +223,18 @@ class RoundTripProxy:
                         client_spoke = True
                         server.sendall(data)
                     else:
+                        # An answer while the client is still sending (its next bytes
+                        # are already waiting here) is not one it waited for: the
+                        # round trip ends with the answer to the rest of its burst.
+                        answered = client_spoke and not _readable(client)
                         with self._lock:
                             self.bytes_down += len(data)
-                            if client_spoke:
+                            if answered:
                                 self.round_trips += 1
-                        client_spoke = False
+                        if answered:
+                            client_spoke = False
+                            if self.delay:
+                                time.sleep(self.delay)  # an emulated network round trip
                         client.sendall(data)
         except OSError:
             return
@@ -224,3 +252,156 @@ class RoundTripProxy:
         self._accept_thread.join(timeout=1)
         for t in self._threads:
             t.join(timeout=1)
+
+
+# --------------------------------------------------------------------------- AWS API calls
+
+# DynamoDB operations that write, for write units.
+WRITE_OPS = frozenset(
+    {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+)
+
+
+def _number_size(text: str) -> int:
+    digits = text.lstrip("-").replace(".", "").split("e")[0].split("E")[0].strip("0") or "0"
+    return (len(digits) + 1) // 2 + 1
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value by DynamoDB's item-size rules."""
+    ((kind, v),) = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "B":
+        return len(v) if isinstance(v, (bytes, bytearray, memoryview)) else len(str(v).encode())
+    if kind == "N":
+        return _number_size(v)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(x.encode()) for x in v)
+    if kind == "NS":
+        return sum(_number_size(x) for x in v)
+    if kind == "BS":
+        return sum(len(x) for x in v)
+    if kind == "L":
+        return 3 + sum(_value_size(x) + 1 for x in v)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + _value_size(x) + 1 for k, x in v.items())
+    return 0
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """Bytes of an item (attribute names plus values), as DynamoDB sizes it."""
+    return sum(len(name.encode()) + _value_size(v) for name, v in item.items())
+
+
+def _units(size: int) -> int:
+    return max(1, -(-size // 1024))
+
+
+def write_units(op: str, params: dict[str, Any]) -> int:
+    """Write capacity units a DynamoDB write request consumes, from its items' sizes.
+
+    A standard write costs one unit per KB of item (rounded up); a write inside a
+    transaction costs two. An update is sized by its key and the values it sets (a lower
+    bound: DynamoDB charges the larger of the item before and after); a delete, a
+    ``ConditionCheck``, or a conditional write whose condition fails are charged as
+    one KB (not exact when the item is larger).
+    """
+    if op == "PutItem":
+        return _units(item_size(params.get("Item", {})))
+    if op == "UpdateItem":
+        return _units(
+            item_size(params.get("Key", {}))
+            + item_size(params.get("ExpressionAttributeValues", {}))
+        )
+    if op == "DeleteItem":
+        return 1
+    if op == "BatchWriteItem":
+        total = 0
+        for requests in params.get("RequestItems", {}).values():
+            for r in requests:
+                total += _units(item_size(r["PutRequest"]["Item"])) if "PutRequest" in r else 1
+        return total
+    if op == "TransactWriteItems":
+        total = 0
+        for action in params.get("TransactItems", []):
+            if "Put" in action:
+                total += 2 * _units(item_size(action["Put"]["Item"]))
+            elif "Update" in action:
+                u = action["Update"]
+                size = item_size(u.get("Key", {})) + item_size(
+                    u.get("ExpressionAttributeValues", {})
+                )
+                total += 2 * _units(size)
+            else:  # Delete, ConditionCheck
+                total += 2
+        return total
+    return 0
+
+
+class ApiCallCounter:
+    """Counts the AWS API calls made through boto3 clients, with botocore event hooks.
+
+    Per client: ``before-parameter-build`` counts each API call once (botocore's own
+    retries happen below it; a saver that retries by calling again is counted again),
+    sizes DynamoDB writes into write units (``write_units``) and asks DynamoDB to return
+    its consumed capacity; ``before-send`` counts HTTP requests (retries included);
+    ``after-call`` adds up the write capacity the server reported (moto reports a
+    constant per item, not one based on size). Keys of ``snapshot()``: ``calls``
+    (DynamoDB), ``s3_calls``, ``http_requests``, ``write_units``,
+    ``reported_write_units``, ``op:<Operation>`` and ``action:<Put|Update|...>``
+    (actions inside TransactWriteItems).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.totals: dict[str, float] = defaultdict(float)
+
+    def attach(self, client: Any) -> None:
+        events = client.meta.events
+        events.register("before-parameter-build", self._before_build)
+        events.register("before-send", self._before_send)
+        events.register("after-call", self._after_call)
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.totals)
+
+    def _add(self, **amounts: float) -> None:
+        with self._lock:
+            for k, v in amounts.items():
+                self.totals[k] += v
+
+    def _before_build(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        service = model.service_model.service_name
+        op = model.name
+        if service != "dynamodb":
+            other: dict[str, float] = {f"op:{service}.{op}": 1}
+            if service == "s3":
+                other["s3_calls"] = 1
+            self._add(**other)
+            return
+        if "ReturnConsumedCapacity" in model.input_shape.members:
+            params.setdefault("ReturnConsumedCapacity", "TOTAL")
+        amounts: dict[str, float] = {"calls": 1, f"op:{op}": 1}
+        if op in WRITE_OPS:
+            amounts["write_units"] = write_units(op, params)
+        if op == "TransactWriteItems":
+            for action in params.get("TransactItems", []):
+                for kind in action:
+                    amounts[f"action:{kind}"] = amounts.get(f"action:{kind}", 0) + 1
+        self._add(**amounts)
+
+    def _before_send(self, **_: Any) -> None:
+        self._add(http_requests=1)
+
+    def _after_call(self, parsed: Any, model: Any, **_: Any) -> None:
+        if model.service_model.service_name != "dynamodb" or model.name not in WRITE_OPS:
+            return
+        reported = parsed.get("ConsumedCapacity") if isinstance(parsed, dict) else None
+        if isinstance(reported, dict):
+            reported = [reported]
+        units = sum(float(c.get("CapacityUnits") or 0) for c in reported or [])
+        self._add(reported_write_units=units)

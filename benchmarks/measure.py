@@ -1,7 +1,9 @@
-"""Measurements. Every saver under test is open at once (each on its own fresh schema and
-pool), and the work is cut into rounds that visit the savers in turn, so that background
-load on a shared machine falls on all of them alike. Sync savers run on ``C`` OS threads,
-async savers on ``C`` asyncio tasks of one event loop."""
+"""Measurements. Every saver under test is open at once (each on its own fresh schema, key
+prefix or table, with its own connections), and the work is cut into rounds that visit the
+savers in turn, so that background load on a shared machine falls on all of them alike.
+Sync savers run on ``C`` OS threads, async savers on ``C`` asyncio tasks of one event loop.
+A separate, untimed, sequential pass counts what each call costs on the wire: round trips
+through a relay (PostgreSQL, Redis) or API calls and write units (DynamoDB)."""
 
 from __future__ import annotations
 
@@ -17,18 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from instrument import CallTimes, RoundTripProxy, install_timing, percentile
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from savers import (
-    SaverSpec,
-    add_old_partitions,
-    backend_pids,
-    drop_schema,
-    open_async,
-    open_sync,
-    schema_bytes,
-    server_cpu_seconds,
-)
+from instrument import ApiCallCounter, CallTimes, RoundTripProxy, install_timing, percentile
+from savers import SaverSpec, server_cpu_seconds
 from workload import build_graph, graph_input, retarget, thread_config
 
 
@@ -45,6 +37,9 @@ class Settings:
     durability: str
     rounds: int
     ours_partitions: int = 0
+    rtt_ms: float = 0.0  # > 0: also time calls through the relay with this added per round trip
+    # backend name -> backends.Backend (where each saver's data lives); not a setting
+    backends: dict[str, Any] = field(default_factory=dict)
 
 
 def _ms(v: float | None) -> float | None:
@@ -108,12 +103,14 @@ class Tally:
 
 
 class Session:
-    """One open saver: its schema, pool, timing wrappers, and ways to drive it."""
+    """One open saver: its place (schema, key prefix, table), connections, timing
+    wrappers, and ways to drive it."""
 
     def __init__(
-        self, spec: SaverSpec, s: Settings, schema: str, loop: asyncio.AbstractEventLoop
+        self, spec: SaverSpec, s: Settings, place: str, loop: asyncio.AbstractEventLoop
     ) -> None:
-        self.spec, self.s, self.schema, self.loop = spec, s, schema, loop
+        self.spec, self.s, self.place, self.loop = spec, s, place, loop
+        self.backend = s.backends[spec.backend]
         self.times = CallTimes()
         self._sync_stack = contextlib.ExitStack()
         self._async_stack = contextlib.AsyncExitStack()
@@ -122,20 +119,17 @@ class Session:
         self.partitions: int | None = None  # ours: partitions per table, when extra were made
 
     # -- lifecycle
-    def open(self, pool_size: int | None = None, url: str | None = None) -> Session:
-        size, url = pool_size or self.s.pool_size, url or self.s.url
-        if self.spec.uses_db:
-            drop_schema(self.s.url, self.schema)
-            # Tag the saver's connections so that their server processes can be found.
-            url = make_conninfo(url, application_name=self.schema)
+    def open(self, pool_size: int | None = None, via: tuple[str, int] | None = None) -> Session:
+        """Open the saver on a fresh place; ``via``: connect through this relay instead."""
+        size, b = pool_size or self.s.pool_size, self.backend
         if self.spec.is_async:
-            cm = open_async(self.spec, url, self.schema, size)
+            cm = b.open_async(self.spec, self.place, size, via)
             self.saver = self.loop.run_until_complete(self._async_stack.enter_async_context(cm))
         else:
-            cm_sync = open_sync(self.spec, url, self.schema, size)
-            self.saver = self._sync_stack.enter_context(cm_sync)
-        if self.spec.kind == "ours" and self.s.ours_partitions:
-            self.partitions = add_old_partitions(self.s.url, self.schema, self.s.ours_partitions)
+            self.saver = self._sync_stack.enter_context(
+                b.open_sync(self.spec, self.place, size, via)
+            )
+        self.partitions = b.after_open(self.spec, self.place, self.s)
         install_timing(self.saver, self.times)
         return self
 
@@ -147,10 +141,10 @@ class Session:
                 self._sync_stack.close()
         finally:
             if self.spec.uses_db:
-                drop_schema(self.s.url, self.schema)
+                self.backend.drop(self.place)
 
     def size(self) -> int | None:
-        return schema_bytes(self.s.url, self.schema) if self.spec.uses_db else None
+        return self.backend.size(self.place) if self.spec.uses_db else None
 
     def graph(self, turns: int) -> Any:
         if turns not in self._graphs:
@@ -212,6 +206,8 @@ class Session:
 
     def list_thread(self, thread_no: int, limit: int) -> int:
         cfg = thread_config(f"g-{thread_no}")
+        if self.backend.list_ns is not None:
+            cfg["configurable"]["checkpoint_ns"] = self.backend.list_ns
         if self.spec.is_async:
 
             async def collect() -> int:
@@ -220,11 +216,22 @@ class Session:
             return self.loop.run_until_complete(collect())
         return len(list(self.saver.list(cfg, limit=limit)))
 
-    def get_tuple(self, thread_no: int) -> Any:
-        cfg = thread_config(f"g-{thread_no}")
+    def get_tuple(self, thread_no: int, config: dict[str, Any] | None = None) -> Any:
+        cfg = config or thread_config(f"g-{thread_no}")
         if self.spec.is_async:
             return self.loop.run_until_complete(self.saver.aget_tuple(cfg))
         return self.saver.get_tuple(cfg)
+
+    def configs(self, thread_no: int, limit: int) -> list[dict[str, Any]]:
+        """The configs of a thread's newest ``limit`` checkpoints, newest first."""
+        cfg = thread_config(f"g-{thread_no}")
+        if self.spec.is_async:
+
+            async def collect() -> list[Any]:
+                return [c.config async for c in self.saver.alist(cfg, limit=limit)]
+
+            return self.loop.run_until_complete(collect())
+        return [c.config for c in self.saver.list(cfg, limit=limit)]
 
     def calls(self, kinds: tuple[str, ...]) -> int:
         """How many calls of these kinds the timing wrappers have seen."""
@@ -232,13 +239,14 @@ class Session:
 
     # -- one timed batch
     def timed(self, tally: Tally, work: Callable[[], None], units: Callable[[], int]) -> None:
-        pids = backend_pids(self.s.url, self.schema) if self.spec.uses_db else []
-        srv0 = server_cpu_seconds(pids)
+        b = self.backend
+        pids = b.server_pids(self.place) if self.spec.uses_db else []
+        srv0 = server_cpu_seconds(pids, b.server_comm)
         before = units()
         cpu0, t0 = time.process_time(), time.perf_counter()
         work()
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        srv1 = server_cpu_seconds(pids)
+        srv1 = server_cpu_seconds(pids, b.server_comm)
         done = units() - before
         tally.wall += wall
         tally.cpu += cpu
@@ -261,8 +269,8 @@ def open_sessions(
     sessions: dict[str, Session] = {}
     try:
         for spec in specs:
-            schema = f"lgd_bench_{spec.name.replace('-', '_')}_{mode}_{tag}"
-            sessions[spec.name] = Session(spec, s, schema, loop).open()
+            place = s.backends[spec.backend].place(spec, mode, tag)
+            sessions[spec.name] = Session(spec, s, place, loop).open()
     except BaseException:
         for sess in sessions.values():
             sess.close()
@@ -435,41 +443,61 @@ def raw_mode(
     return out
 
 
-# --------------------------------------------------------------------------- round trips
+# --------------------------------------------------------------------------- the wire
 
 
-def proxy_for(url: str) -> tuple[RoundTripProxy, str]:
-    """Start a counting relay in front of the server of ``url``; return it and its URL."""
-    params = conninfo_to_dict(url)
-    host = str(params.get("host") or "127.0.0.1").split(",")[0]
-    port = int(str(params.get("port") or 5432).split(",")[0])
-    proxy = RoundTripProxy(host, port)
-    params.pop("hostaddr", None)
-    params.update(host="127.0.0.1", port=str(proxy.port), sslmode="disable")
-    return proxy, make_conninfo(**params)
-
-
-def count_round_trips(
+def count_wire(
     spec: SaverSpec, s: Settings, recorded: list[tuple], tag: str, loop: asyncio.AbstractEventLoop
 ) -> dict[str, Any]:
-    """Sequential pass through the counting relay, on a one-connection pool."""
-    proxy, purl = proxy_for(s.url)
-    schema = f"lgd_bench_{spec.name.replace('-', '_')}_rt_{tag}"
-    sess = Session(spec, s, schema, loop)
-    per: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+    """Sequential, untimed pass: what each kind of call costs on the wire.
+
+    PostgreSQL and Redis: the saver connects through a counting relay
+    (``RoundTripProxy``) on one connection; figures ``round_trips``, ``bytes_up``,
+    ``bytes_down``. DynamoDB: an ``ApiCallCounter`` on the saver's boto3 clients; figures
+    ``calls``, ``write_units``, ``http_requests``, per-operation counts, and ``cpu_ms``
+    (client CPU: the mock server runs in another process). Kinds: ``put``,
+    ``put_writes`` (the recorded thread replayed call by call), ``get_tuple`` (latest
+    checkpoint), ``get_tuple_by_id`` (the checkpoint before it, which has pending
+    writes), ``graph_step`` (one graph thread, per checkpoint written, its first
+    read included), ``list`` (a graph thread's history) and ``list_history`` (a thread
+    of ``--history`` checkpoints). Every figure is per call (per step for graph_step).
+    """
+    backend = s.backends[spec.backend]
+    sess = Session(spec, s, backend.place(spec, "rt", tag), loop)
+    per: dict[str, list[dict[str, float]]] = defaultdict(list)
     steps = sum(1 for c in recorded if c[0] == "put")
+    proxy: RoundTripProxy | None = None
+    counter: ApiCallCounter | None = None
+    if backend.relay:
+        host, port = backend.relay_target()
+        proxy = RoundTripProxy(host, port, getattr(backend, "relay_recv", 1 << 16))
 
-    def counted(kind: str, fn: Callable[[], Any]) -> None:
-        before = proxy.snapshot()
-        fn()
-        after = proxy.snapshot()
-        per[kind].append(tuple(a - b for a, b in zip(after, before, strict=True)))
+    def snap() -> dict[str, float]:
+        if proxy is not None:
+            rt, up, down = proxy.snapshot()
+            return {"round_trips": rt, "bytes_up": up, "bytes_down": down}
+        assert counter is not None
+        return counter.snapshot() | {"cpu_s": time.process_time()}
 
+    def counted(kind: str, fn: Callable[[], Any]) -> Any:
+        before = snap()
+        result = fn()
+        after = snap()
+        per[kind].append({k: after.get(k, 0) - before.get(k, 0) for k in after | before})
+        return result
+
+    history_len = 0
+    emulated: dict[str, Any] | None = None
     try:
-        sess.open(pool_size=1, url=purl)
-        # Warm up every kind of call past any prepare threshold, so the counts are the
-        # steady state (psycopg prepares statements per connection after N uses).
-        for i in range(8):
+        sess.open(pool_size=1, via=None if proxy is None else ("127.0.0.1", proxy.port))
+        if proxy is None:
+            counter = ApiCallCounter()
+            for client in backend.clients(sess.saver):
+                counter.attach(client)
+        # Warm up every kind of call before counting, so the counts are the steady state
+        # (psycopg prepares statements per connection after 5 uses; scripts get loaded).
+        warm = backend.warmups
+        for i in range(warm):
             sess.run_threads([-100 - i], concurrency=1)
             sess.replay([retarget(recorded, f"rt-warm-{i}")], concurrency=1)
             sess.get_tuple(-100 - i)
@@ -477,24 +505,70 @@ def count_round_trips(
         for call in retarget(recorded, "rt-raw"):
             counted(call[0], lambda call=call: sess.replay([[call]], concurrency=1))
         for i in range(5):
-            counted("get_tuple", lambda i=i: sess.get_tuple(-100 - i))
+            counted("get_tuple", lambda i=i: sess.get_tuple(-100 - i % warm))
+        # The checkpoint before the latest, by id: it has its task's pending writes.
+        older = [sess.configs(-100 - i % warm, 2)[-1] for i in range(5)]
+        for cfg in older:
+            counted("get_tuple_by_id", lambda cfg=cfg: sess.get_tuple(0, cfg))
         for i in range(3):
             counted("graph", lambda i=i: sess.run_threads([-200 - i], concurrency=1))
         for i in range(3):
             counted("list", lambda i=i: sess.list_thread(-200 - i, s.history))
+        sess.run_threads([-300], turns=history_turns(s.history), concurrency=1)
+        for _ in range(3):
+            history_len = counted("list_history", lambda: sess.list_thread(-300, s.history))
+        if proxy is not None and s.rtt_ms > 0:
+            proxy.delay = s.rtt_ms / 1000.0
+            emulated = _time_over_network(sess, s, steps)
+            proxy.delay = 0.0
     finally:
         try:
             sess.close()
         finally:
-            proxy.close()
+            if proxy is not None:
+                proxy.close()
 
     out: dict[str, Any] = {}
     for kind, rows in per.items():
         n = len(rows) * (steps if kind == "graph" else 1)
-        out["graph_step" if kind == "graph" else kind] = {
-            "round_trips": sum(r[0] for r in rows) / n,
-            "bytes_up": sum(r[1] for r in rows) / n,
-            "bytes_down": sum(r[2] for r in rows) / n,
-            "n": n,
+        entry: dict[str, Any] = {
+            k: sum(r.get(k, 0) for r in rows) / n for k in sorted(set().union(*rows))
         }
+        if "cpu_s" in entry:
+            entry["cpu_ms"] = entry.pop("cpu_s") * 1000.0
+        entry["n"] = n
+        out["graph_step" if kind == "graph" else kind] = entry
+    if "list_history" in out:
+        out["list_history"]["checkpoints"] = history_len
+    if emulated is not None:
+        out["emulated_network"] = emulated
     return out
+
+
+def _time_over_network(sess: Session, s: Settings, steps: int) -> dict[str, Any]:
+    """Latency of calls when every round trip costs ``s.rtt_ms`` more (relay delay).
+
+    One call at a time on the one connection of the wire pass: medians of 15 get_tuple
+    calls, of 3 graph threads (per checkpoint written) and of 5 listings of the history
+    thread (each after ``gc.collect()``). The relay itself adds a little per round trip
+    too (it runs in this process).
+    """
+
+    def median_ms(fn: Callable[[], Any], n: int, collect: bool = False) -> float:
+        times = []
+        for _ in range(n):
+            if collect:
+                gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1000.0
+
+    threads = iter(range(-400, -500, -1))
+    return {
+        "rtt_ms": s.rtt_ms,
+        "get_tuple_ms": median_ms(lambda: sess.get_tuple(-100), 15),
+        "graph_step_ms": median_ms(lambda: sess.run_threads([next(threads)], concurrency=1), 3)
+        / steps,
+        "list_history_ms": median_ms(lambda: sess.list_thread(-300, s.history), 5, True),
+    }

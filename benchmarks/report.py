@@ -5,13 +5,43 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from savers import PAIRS, SPECS
+
 COLORS = {
     "ours": "#1f77b4",
     "ours-async": "#6baed6",
     "upstream": "#d62728",
     "upstream-async": "#fc9272",
     "memory": "#7f7f7f",
+    "redis": "#1f77b4",
+    "redis-async": "#6baed6",
+    "plainredis": "#d62728",
+    "plainredis-async": "#fc9272",
+    "dynamodb": "#1f77b4",
+    "dynamodb-async": "#6baed6",
+    "aws-dynamodb": "#d62728",
+    "aws-dynamodb-async": "#fc9272",
 }
+
+SERVER_CPU = {
+    "postgres": "PostgreSQL backends",
+    "redis": "redis-server, whole process",
+}
+
+
+def groups(names: list[str]) -> dict[str, list[str]]:
+    """Savers by backend, in order; InMemorySaver joins the first server-backed group
+    that is timed (PostgreSQL or Redis), to be read against it."""
+    out: dict[str, list[str]] = {}
+    for n in names:
+        b = SPECS[n].backend if n in SPECS else "memory"
+        if b != "memory":
+            out.setdefault(b, []).append(n)
+    for n in names:
+        if (SPECS[n].backend if n in SPECS else "memory") == "memory":
+            host = next((b for b in out if b != "dynamodb"), None)
+            out.setdefault(host or "memory", []).append(n)
+    return out
 
 
 def _get(d: Any, path: str) -> Any:
@@ -27,6 +57,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, res in doc["results"].items():
         g, r, c = res.get("graph") or {}, res.get("raw") or {}, res.get("round_trips") or {}
+        a = res.get("api_calls") or {}
         out[name] = {
             "raw_puts_per_s": _get(r, "puts_per_s"),
             "raw_put_p50_ms": _get(r, "put.p50_ms"),
@@ -51,6 +82,27 @@ def summarize(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "rt_get_tuple": _get(c, "get_tuple.round_trips"),
             "rt_list": _get(c, "list.round_trips"),
             "rt_step": _get(c, "graph_step.round_trips"),
+            "rt_list_history": _get(c, "list_history.round_trips"),
+            "calls_put": _get(a, "put.calls"),
+            "calls_put_writes": _get(a, "put_writes.calls"),
+            "calls_get_tuple": _get(a, "get_tuple.calls"),
+            "calls_get_by_id": _get(a, "get_tuple_by_id.calls"),
+            "rt_get_by_id": _get(c, "get_tuple_by_id.round_trips"),
+            "calls_step": _get(a, "graph_step.calls"),
+            "calls_list": _get(a, "list.calls"),
+            "calls_list_history": _get(a, "list_history.calls"),
+            "wcu_step": _get(a, "graph_step.write_units"),
+            "reported_wcu_step": _get(a, "graph_step.reported_write_units"),
+            "s3_calls_step": _get(a, "graph_step.s3_calls") or (0.0 if a else None),
+            "http_step": _get(a, "graph_step.http_requests"),
+            "calls_cpu_ms_per_step": _get(a, "graph_step.cpu_ms"),
+            "net_rtt_ms": _get(c, "emulated_network.rtt_ms"),
+            "net_get_ms": _get(c, "emulated_network.get_tuple_ms"),
+            "net_step_ms": _get(c, "emulated_network.graph_step_ms"),
+            "net_list_ms": _get(c, "emulated_network.list_history_ms"),
+            "history_checkpoints": _get(g, "history_checkpoints")
+            or _get(c, "list_history.checkpoints")
+            or _get(a, "list_history.checkpoints"),
         }
     return out
 
@@ -67,17 +119,32 @@ RATIO_KEYS = [
     ("server CPU/step", "server_cpu_ms_per_step", False),
     ("raw server CPU/call", "raw_server_cpu_ms_per_call", False),
     ("bytes/step", "bytes_per_step", False),
+    ("list history", "history_list_ms", False),
+    ("round trips/step", "rt_step", False),
+    ("round trips/get_tuple", "rt_get_tuple", False),
+    ("round trips/get_tuple by id", "rt_get_by_id", False),
+    ("round trips list history", "rt_list_history", False),
+    ("API calls/step", "calls_step", False),
+    ("API calls/get_tuple", "calls_get_tuple", False),
+    ("API calls/get_tuple by id", "calls_get_by_id", False),
+    ("API calls list history", "calls_list_history", False),
+    ("write units/step", "wcu_step", False),
+    ("client CPU/step (calls pass)", "calls_cpu_ms_per_step", False),
+    ("get_tuple, emulated RTT", "net_get_ms", False),
+    ("graph step, emulated RTT", "net_step_ms", False),
+    ("list history, emulated RTT", "net_list_ms", False),
 ]
 
 
 def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Ours vs upstream, as "how many times better ours is" (>1 = ours better).
+    """Ours vs the saver it is compared with (``savers.PAIRS``), as "how many times better
+    ours is" (>1 = ours better).
 
     For throughput that is ours/upstream; for latency, CPU and bytes upstream/ours. The
     per-round throughput ratios (same round, back to back) and their median are kept too.
     """
     out: dict[str, Any] = {}
-    for ours, up in (("ours", "upstream"), ("ours-async", "upstream-async")):
+    for ours, up in PAIRS:
         if ours not in summary or up not in summary:
             continue
         pair: dict[str, Any] = {}
@@ -107,6 +174,7 @@ def ratio_lines(rat: dict[str, Any]) -> list[str]:
     return lines
 
 
+# Columns of the PostgreSQL and Redis tables.
 COLUMNS = [
     ("saver", None, "{}"),
     ("raw puts/s", "raw_puts_per_s", "{:.0f}"),
@@ -120,7 +188,42 @@ COLUMNS = [
     ("CPU ms/step cli/srv", ("cpu_ms_per_step", "server_cpu_ms_per_step"), "{:.2f}/{:.2f}"),
     ("RT put/writes/get", ("rt_put", "rt_put_writes", "rt_get_tuple"), "{:.1f}/{:.1f}/{:.1f}"),
     ("RT/step", "rt_step", "{:.2f}"),
+    ("RT list100", "rt_list_history", "{:.0f}"),
 ]
+
+# Columns of the DynamoDB table: API calls first; timings on a mock server come last.
+DYNAMODB_COLUMNS = [
+    ("saver", None, "{}"),
+    (
+        "calls put/writes/get",
+        ("calls_put", "calls_put_writes", "calls_get_tuple"),
+        "{:.2f}/{:.2f}/{:.2f}",
+    ),
+    ("calls get by id", "calls_get_by_id", "{:.2f}"),
+    ("calls/step", "calls_step", "{:.2f}"),
+    ("write units/step", "wcu_step", "{:.1f}"),
+    ("S3 calls/step", "s3_calls_step", "{:.2f}"),
+    ("calls list100", "calls_list_history", "{:.0f}"),
+    ("client CPU ms/step", "calls_cpu_ms_per_step", "{:.2f}"),
+    ("steps/s (moto)", "steps_per_s", "{:.0f}"),
+    ("list100 ms (moto)", "history_list_ms", "{:.1f}"),
+]
+
+
+# Calls timed through the relay with a round-trip delay added (--rtt-ms).
+NETWORK_COLUMNS = [
+    ("saver", None, "{}"),
+    ("added RTT ms", "net_rtt_ms", "{:.2f}"),
+    ("get_tuple ms", "net_get_ms", "{:.2f}"),
+    ("graph ms/step", "net_step_ms", "{:.2f}"),
+    ("list100 ms", "net_list_ms", "{:.1f}"),
+]
+
+
+def columns_for(backend: str) -> list[tuple[str, Any, str]]:
+    if backend == "network":
+        return NETWORK_COLUMNS
+    return DYNAMODB_COLUMNS if backend == "dynamodb" else COLUMNS
 
 
 def _cell(row: dict[str, Any], key: Any, fmt: str) -> str:
@@ -134,41 +237,72 @@ def _cell(row: dict[str, Any], key: Any, fmt: str) -> str:
     return fmt.format(*vals)
 
 
-def table_rows(summary: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = [c[0] for c in COLUMNS]
+def table_rows(
+    summary: dict[str, dict[str, Any]], backend: str = "postgres"
+) -> tuple[list[str], list[list[str]]]:
+    cols = columns_for(backend)
+    header = [c[0] for c in cols]
     rows = []
     for name, row in summary.items():
-        rows.append([name] + [_cell(row, key, fmt) for _, key, fmt in COLUMNS[1:]])
+        rows.append([name] + [_cell(row, key, fmt) for _, key, fmt in cols[1:]])
     return header, rows
 
 
+def _tables(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    out = [(b, {n: summary[n] for n in ns}) for b, ns in groups(list(summary)).items()]
+    net = {n: row for n, row in summary.items() if row.get("net_rtt_ms") is not None}
+    if net:
+        out.append(("network", net))
+    return out
+
+
 def text_table(summary: dict[str, dict[str, Any]]) -> str:
-    header, rows = table_rows(summary)
-    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    parts = []
+    tables = _tables(summary)
+    for backend, sub in tables:
+        header, rows = table_rows(sub, backend)
+        widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
 
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
+        def line(cells: list[str], widths: list[int] = widths) -> str:
+            return "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
 
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+        lines = [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+        if len(tables) > 1:
+            lines.insert(0, f"[{backend}]")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
-    header, rows = table_rows(summary)
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
+    parts = []
+    tables = _tables(summary)
+    for backend, sub in tables:
+        header, rows = table_rows(sub, backend)
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        if len(tables) > 1:
+            out.insert(0, f"**{backend}**\n")
+        parts.append("\n".join(out))
+    return "\n\n".join(parts)
 
 
-def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) -> None:
+def chart(
+    doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str, backend: str = "postgres"
+) -> None:
+    """The chart of one backend's savers (``summary`` holds only those)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if backend == "dynamodb":
+        _chart_dynamodb(doc, summary, path, plt)
+        return
     names = list(summary)
+    server = SERVER_CPU.get(backend, "server")
     panels = [
         ("raw replay: put+put_writes calls/s", ["raw_puts_per_s"], "db"),
         ("graph: super-steps/s", ["steps_per_s"], "db"),
@@ -179,7 +313,7 @@ def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) ->
             "pairs",
         ),
         (
-            "CPU ms per super-step (client | PostgreSQL backends)",
+            f"CPU ms per super-step (client | {server})",
             ["cpu_ms_per_step", "server_cpu_ms_per_step"],
             None,
         ),
@@ -192,7 +326,57 @@ def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) ->
         (f"list {doc['settings']['history']} checkpoints: ms", ["history_list_ms"], None),
     ]
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
-    for ax, (title, keys, only) in zip(axes.flat, panels, strict=True):
+    _draw(axes.flat, panels, summary, names)
+    st = doc["settings"]
+    fig.suptitle(
+        f"LangGraph checkpoint savers ({backend}) — {st['turns']} turns, "
+        f"{st['threads']} graph threads, "
+        f"{st['raw_threads']} raw threads, concurrency {st['concurrency']}, "
+        f"pool {st['pool_size']}, "
+        f"durability={st['durability']}, {doc['environment'].get('cpu_count')} CPUs",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _chart_dynamodb(
+    doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str, plt: Any
+) -> None:
+    names = list(summary)
+    hist = doc["settings"]["history"]
+    panels = [
+        (
+            "DynamoDB API calls per call (put | put_writes |\n"
+            "get_tuple latest | get_tuple by id, with writes | graph super-step)",
+            ["calls_put", "calls_put_writes", "calls_get_tuple", "calls_get_by_id", "calls_step"],
+            None,
+        ),
+        (f"API calls to list {hist} checkpoints", ["calls_list_history"], None),
+        ("write units per super-step (from item sizes)", ["wcu_step"], None),
+        ("client CPU ms per super-step", ["calls_cpu_ms_per_step"], None),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
+    _draw(axes.flat, panels, summary, names)
+    st = doc["settings"]
+    fig.suptitle(
+        f"LangGraph checkpoint savers (DynamoDB, counted on moto) — {st['turns']} turns, "
+        "one call at a time",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _draw(
+    axes: Any,
+    panels: list[tuple[str, list[str], str | None]],
+    summary: dict[str, dict[str, Any]],
+    names: list[str],
+) -> None:
+    for ax, (title, keys, only) in zip(axes, panels, strict=True):
         shown = names
         if only == "db" and "memory" in names:
             # In-memory throughput would flatten the database bars; quote it instead.
@@ -241,14 +425,3 @@ def chart(doc: dict[str, Any], summary: dict[str, dict[str, Any]], path: str) ->
         ax.margins(y=0.15)
         if not any_val:
             ax.text(0.5, 0.5, "n/a", ha="center", va="center", transform=ax.transAxes)
-    st = doc["settings"]
-    fig.suptitle(
-        f"LangGraph checkpoint savers — {st['turns']} turns, {st['threads']} graph threads, "
-        f"{st['raw_threads']} raw threads, concurrency {st['concurrency']}, "
-        f"pool {st['pool_size']}, "
-        f"durability={st['durability']}, {doc['environment'].get('cpu_count')} CPUs",
-        fontsize=11,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=90)
-    plt.close(fig)

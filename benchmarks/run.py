@@ -3,9 +3,12 @@
 
     python benchmarks/run.py --quick
     python benchmarks/run.py --turns 5 --threads 40 --concurrency 4 --rounds 5
+    python benchmarks/run.py --backend redis          # ours vs langgraph-checkpoint-plainredis
+    python benchmarks/run.py --backend dynamodb       # ours vs langgraph-checkpoint-aws (moto)
 
-Writes ``bench-<timestamp>.json``, ``.png`` and ``.md`` (each also copied to ``latest.*``) to
-``--out`` and prints a summary table. See benchmarks/README.md for what each figure means.
+Writes ``bench-<timestamp>.json``, ``.md`` and a ``.png`` per backend (each also copied to
+``latest.*``) to ``--out`` and prints a summary table. See benchmarks/README.md for what
+each figure means.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ for _p in (str(HERE.parent), str(HERE)):
 
 import measure  # noqa: E402
 import report  # noqa: E402
-from savers import SPECS, admin_connect, ours_available  # noqa: E402
+from backends import make_backends  # noqa: E402
+from savers import DEFAULT_SAVERS, SPECS, unavailable  # noqa: E402
 from workload import record_calls  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_SAVERS = "ours,upstream,ours-async,upstream-async,memory"  # pairs side by side
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+BACKENDS = ("postgres", "redis", "dynamodb")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,9 +59,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="OS threads (sync savers) or asyncio tasks (async savers) (C)",
     )
     p.add_argument(
+        "--redis-url",
+        default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL),
+        help="Redis URL (env BENCH_REDIS_URL; default %(default)s)",
+    )
+    p.add_argument(
+        "--dynamodb-endpoint",
+        default=os.environ.get("BENCH_DYNAMODB_ENDPOINT") or None,
+        help="DynamoDB endpoint URL (env BENCH_DYNAMODB_ENDPOINT; default: a moto\n"
+        "server started in a child process)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=(*BACKENDS, "all"),
+        default="postgres",
+        help="which savers run when --savers is not given (default %(default)s):\n"
+        + "\n".join(f"  {b}: {DEFAULT_SAVERS[b]}" for b in BACKENDS)
+        + "\n  all: every one of them",
+    )
+    p.add_argument(
         "--savers",
-        default=DEFAULT_SAVERS,
-        help=f"comma list from: {', '.join(SPECS)} (default: all)",
+        default=None,
+        help=f"comma list from: {', '.join(SPECS)}\n(default: those of --backend)",
     )
     p.add_argument("--mode", choices=("graph", "raw", "both"), default="both")
     p.add_argument("--pool-size", type=int, default=4, help="connections per saver pool")
@@ -89,17 +113,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="give our savers' schemas this many extra partitions for past\n"
         "epochs (a deployment that has run for a while; default 0)",
     )
-    p.add_argument("--no-round-trips", action="store_true", help="skip the round-trip pass")
+    p.add_argument(
+        "--no-round-trips",
+        action="store_true",
+        help="skip the pass that counts round trips / API calls",
+    )
+    p.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="in the round-trip pass, also time get_tuple, a graph step and the\n"
+        "history listing with this many ms added to every round trip by the\n"
+        "relay (a network, emulated; PostgreSQL and Redis; default 0: off)",
+    )
+    p.add_argument(
+        "--dynamodb-timings",
+        action="store_true",
+        help="also time the DynamoDB savers in graph and raw mode (on moto the\n"
+        "timings say little about DynamoDB; by default only calls are counted)",
+    )
     p.add_argument("--out", default=str(HERE / "results"), help="output directory")
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke run (<1 min)")
     args = p.parse_args(argv)
+    if args.savers is None:
+        wanted = BACKENDS if args.backend == "all" else (args.backend,)
+        names = [n for b in wanted for n in DEFAULT_SAVERS[b].split(",")]
+        args.savers = ",".join(dict.fromkeys(names))  # InMemorySaver once
     if args.quick:
         args.turns, args.threads, args.raw_threads = 2, 8, 12
         args.reads, args.history, args.rounds = 3, 30, 2
     return args
 
 
-def environment(url: str) -> dict[str, Any]:
+def environment(backends: list[Any]) -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -114,20 +160,19 @@ def environment(url: str) -> dict[str, Any]:
         "psycopg-binary",
         "psycopg-pool",
         "langgraph-durable",
+        "redis",
+        "langgraph-checkpoint-plainredis",
+        "boto3",
+        "botocore",
+        "moto",
+        "langgraph-checkpoint-aws",
     ):
         try:
             env["packages"][pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             env["packages"][pkg] = None
-    try:
-        with admin_connect(url) as conn:
-            env["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
-            for name in ("shared_buffers", "synchronous_commit", "fsync", "max_connections"):
-                env.setdefault("postgres_settings", {})[name] = conn.execute(
-                    f"SHOW {name}"
-                ).fetchone()[0]
-    except Exception as exc:  # noqa: BLE001
-        env["postgres"] = f"unavailable: {exc}"
+    for backend in backends:
+        env.update(backend.describe())
     try:
         env["git_commit"] = (
             subprocess.run(
@@ -166,15 +211,16 @@ def main(argv: list[str] | None = None) -> int:
         log(f"unknown saver(s): {', '.join(unknown)}")
         return 2
     skipped: dict[str, str] = {}
-    if any(SPECS[n].kind == "ours" for n in names) and (why := ours_available()):
-        for n in [n for n in names if SPECS[n].kind == "ours"]:
+    for n in list(names):
+        if why := unavailable(SPECS[n]):
             skipped[n] = f"not importable: {why}"
             names.remove(n)
-        log(f"skipping our savers ({why})")
+            log(f"skipping {n} ({why})")
     if not names:
         log("no saver to run")
         return 2
 
+    backends = make_backends(args.url, args.redis_url, args.dynamodb_endpoint)
     settings = measure.Settings(
         url=args.url,
         turns=args.turns,
@@ -187,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         durability=args.durability,
         rounds=args.rounds,
         ours_partitions=args.ours_partitions,
+        rtt_ms=args.rtt_ms,
+        backends=backends,
     )
     started = time.time()
     recorded = record_calls(args.turns, args.durability)
@@ -196,45 +244,59 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(recorded) - n_put} put_writes calls"
     )
 
-    specs = [SPECS[n] for n in names]
     results: dict[str, dict[str, Any]] = {n: {} for n in names}
     tag = str(os.getpid())
     loop = asyncio.new_event_loop()
+    # Each backend's savers are measured together (rounds interleave them), one backend
+    # after the other; InMemorySaver runs with the first one that is timed.
+    by_backend = report.groups(names)
     try:
-        if args.mode in ("graph", "both"):
-            t0 = time.perf_counter()
-            for n, res in measure.graph_mode(specs, settings, tag, loop, log).items():
-                results[n]["graph"] = res
-            log(f"graph mode done ({time.perf_counter() - t0:.1f}s)")
-        if args.mode in ("raw", "both"):
-            t0 = time.perf_counter()
-            for n, res in measure.raw_mode(specs, settings, recorded, tag, loop, log).items():
-                results[n]["raw"] = res
-            log(f"raw mode done ({time.perf_counter() - t0:.1f}s)")
-        if not args.no_round_trips:
+        for group, members in by_backend.items():
+            specs = [SPECS[n] for n in members]
+            timed = [sp for sp in specs if sp.backend != "dynamodb" or args.dynamodb_timings]
+            if timed and args.mode in ("graph", "both"):
+                t0 = time.perf_counter()
+                for n, res in measure.graph_mode(timed, settings, tag, loop, log).items():
+                    results[n]["graph"] = res
+                log(f"{group}: graph mode done ({time.perf_counter() - t0:.1f}s)")
+            if timed and args.mode in ("raw", "both"):
+                t0 = time.perf_counter()
+                for n, res in measure.raw_mode(timed, settings, recorded, tag, loop, log).items():
+                    results[n]["raw"] = res
+                log(f"{group}: raw mode done ({time.perf_counter() - t0:.1f}s)")
+            if args.no_round_trips:
+                continue
             for spec in specs:
                 if not spec.uses_db:
                     continue
-                rt = measure.count_round_trips(spec, settings, recorded, tag, loop)
-                results[spec.name]["round_trips"] = rt
+                wire = measure.count_wire(spec, settings, recorded, tag, loop)
+                relay = backends[spec.backend].relay
+                results[spec.name]["round_trips" if relay else "api_calls"] = wire
+                unit = "round_trips" if relay else "calls"
                 log(
-                    f"round trips {spec.name:15s} "
-                    + " ".join(f"{k}={v['round_trips']:.2f}" for k, v in rt.items())
+                    f"{unit} {spec.name:18s} "
+                    + " ".join(f"{k}={v[unit]:.2f}" for k, v in wire.items() if unit in v)
                 )
     finally:
         loop.close()
+        for backend in backends.values():
+            backend.close()
 
     doc: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {k: v for k, v in vars(settings).items() if k != "url"}
+        "settings": {k: v for k, v in vars(settings).items() if k not in ("url", "backends")}
         | {
+            "backend": args.backend,
+            "dynamodb_timings": args.dynamodb_timings,
             "mode": args.mode,
             "savers": names,
             "recorded_puts": n_put,
             "recorded_put_writes": len(recorded) - n_put,
         },
-        "environment": environment(args.url),
+        "environment": environment(
+            [backends[b] for b in dict.fromkeys(SPECS[n].backend for n in names)]
+        ),
         "skipped": skipped,
         "results": results,
         "elapsed_s": time.time() - started,
@@ -246,9 +308,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    jpath, ppath = out / f"bench-{stamp}.json", out / f"bench-{stamp}.png"
+    jpath = out / f"bench-{stamp}.json"
     jpath.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    report.chart(doc, summary, str(ppath))
+    # One chart per backend: bench-<stamp>-<backend>.png, but bench-<stamp>.png for a
+    # PostgreSQL-only run (as before there were other backends).
+    copies = [(jpath, "latest.json")]
+    pngs = []
+    for group, members in by_backend.items():
+        only_pg = len(by_backend) == 1 and group in ("postgres", "memory")
+        suffix = "" if only_pg else f"-{group}"
+        ppath = out / f"bench-{stamp}{suffix}.png"
+        report.chart(doc, {n: summary[n] for n in members}, str(ppath), group)
+        copies.append((ppath, f"latest{suffix.replace('-', '.')}.png"))  # latest.redis.png
+        pngs.append(ppath)
     mpath = out / f"bench-{stamp}.md"
     mpath.write_text(
         f"`{doc['command']}`\n\n"
@@ -257,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         + "\n".join(f"- {line}" for line in report.ratio_lines(doc["ratios"]))
         + "\n"
     )
-    for src, name in ((jpath, "latest.json"), (ppath, "latest.png"), (mpath, "latest.md")):
+    copies.append((mpath, "latest.md"))
+    for src, name in copies:
         shutil.copyfile(src, out / name)
 
     print(report.text_table(summary))
@@ -265,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for n, why in skipped.items():
         print(f"skipped {n}: {why}")
-    print(f"wrote {jpath} and {ppath} ({doc['elapsed_s']:.0f}s)")
+    print(f"wrote {jpath}, {', '.join(p.name for p in pngs)} ({doc['elapsed_s']:.0f}s)")
     return 0
 
 

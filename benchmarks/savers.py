@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ class SaverSpec:
     label: str
     is_async: bool
     uses_db: bool
-    kind: str  # "ours" | "upstream" | "memory"
+    kind: str  # "ours" | "upstream" (the saver ours is compared with) | "memory"
+    backend: str = "postgres"  # "postgres" | "redis" | "dynamodb" | "memory"
 
 
 SPECS: dict[str, SaverSpec] = {
@@ -31,17 +33,71 @@ SPECS: dict[str, SaverSpec] = {
         SaverSpec("ours-async", "ours AsyncPostgresSaver", True, True, "ours"),
         SaverSpec("upstream", "upstream PostgresSaver", False, True, "upstream"),
         SaverSpec("upstream-async", "upstream AsyncPostgresSaver", True, True, "upstream"),
-        SaverSpec("memory", "InMemorySaver", False, False, "memory"),
+        SaverSpec("memory", "InMemorySaver", False, False, "memory", "memory"),
+        SaverSpec("redis", "ours RedisSaver", False, True, "ours", "redis"),
+        SaverSpec("redis-async", "ours AsyncRedisSaver", True, True, "ours", "redis"),
+        SaverSpec("plainredis", "plainredis RedisSaver", False, True, "upstream", "redis"),
+        SaverSpec(
+            "plainredis-async", "plainredis AsyncRedisSaver", True, True, "upstream", "redis"
+        ),
+        SaverSpec("dynamodb", "ours DynamoDBSaver", False, True, "ours", "dynamodb"),
+        SaverSpec("dynamodb-async", "ours AsyncDynamoDBSaver", True, True, "ours", "dynamodb"),
+        SaverSpec(
+            "aws-dynamodb",
+            "langgraph-checkpoint-aws DynamoDBSaver",
+            False,
+            True,
+            "upstream",
+            "dynamodb",
+        ),
+        SaverSpec(
+            "aws-dynamodb-async",
+            "langgraph-checkpoint-aws DynamoDBSaver (async methods)",
+            True,
+            True,
+            "upstream",
+            "dynamodb",
+        ),
     )
 }
 
+# Each of ours next to the saver it is compared with (ratios are ours / theirs).
+PAIRS: list[tuple[str, str]] = [
+    ("ours", "upstream"),
+    ("ours-async", "upstream-async"),
+    ("redis", "plainredis"),
+    ("redis-async", "plainredis-async"),
+    ("dynamodb", "aws-dynamodb"),
+    ("dynamodb-async", "aws-dynamodb-async"),
+]
 
-def ours_available() -> str | None:
-    """None if our savers import, else the reason they do not."""
+# What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
+DEFAULT_SAVERS: dict[str, str] = {
+    "postgres": "ours,upstream,ours-async,upstream-async,memory",
+    "redis": "redis,plainredis,redis-async,plainredis-async,memory",
+    "dynamodb": "dynamodb,aws-dynamodb,dynamodb-async,aws-dynamodb-async",
+}
+
+# The module each saver comes from, imported to tell whether it can run.
+_MODULES: dict[tuple[str, str], str] = {
+    ("postgres", "ours"): "langgraph_durable.postgres",
+    ("postgres", "upstream"): "langgraph.checkpoint.postgres",
+    ("redis", "ours"): "langgraph_durable.redis",
+    ("redis", "upstream"): "langgraph_checkpoint_plainredis",
+    ("dynamodb", "ours"): "langgraph_durable.dynamodb",
+    ("dynamodb", "upstream"): "langgraph_checkpoint_aws",
+}
+
+
+def unavailable(spec: SaverSpec) -> str | None:
+    """None if the saver's package imports, else the reason it does not."""
+    module = _MODULES.get((spec.backend, spec.kind))
+    if module is None:
+        return None
     try:
-        from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver  # noqa: F401
-    except Exception as exc:  # pragma: no cover - depends on the work in progress
-        return f"{type(exc).__name__}: {exc}"
+        importlib.import_module(module)
+    except Exception as exc:  # pragma: no cover - depends on the environment
+        return f"{module}: {type(exc).__name__}: {exc}"
     return None
 
 
@@ -82,12 +138,13 @@ def backend_pids(url: str, application_name: str) -> list[int]:
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def server_cpu_seconds(pids: list[int]) -> float | None:
-    """CPU time used so far by these PostgreSQL backends, read from /proc.
+def server_cpu_seconds(pids: list[int], comm: str = "postgres") -> float | None:
+    """CPU time used so far by these server processes (PostgreSQL backends by default).
 
     Uses ``/proc/<pid>/schedstat`` (nanoseconds on CPU), else ``/proc/<pid>/stat``
-    (utime + stime, in clock ticks). None when the server is not on this machine or
-    /proc is not readable, so that a remote database simply reports no server CPU.
+    (utime + stime, in clock ticks). None when the server is not on this machine (no
+    such process, or one whose command name does not contain ``comm``) or /proc is not
+    readable, so that a remote server simply reports no server CPU.
     """
     if not pids:
         return None
@@ -99,7 +156,7 @@ def server_cpu_seconds(pids: list[int]) -> float | None:
         except OSError:
             return None
         comm_end = raw.rfind(")")
-        if "postgres" not in raw[: comm_end + 1]:
+        if comm not in raw[: comm_end + 1]:
             return None
         try:
             with open(f"/proc/{pid}/schedstat") as f:
