@@ -14,13 +14,15 @@ generator, which may handle it (e.g. create a missing partition and retry).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import functools
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-__all__ = ["Emit", "Sleep", "Operation", "Stepper"]
+__all__ = ["Emit", "Sleep", "Operation", "Stepper", "operation"]
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,36 @@ class Operation(Generic[R]):
 
     steps: Generator[Any, Any, R]
     transaction: bool = False
+
+
+@overload
+def operation(func: Callable[P, Generator[Any, Any, R]], /) -> Callable[P, Operation[R]]: ...
+
+
+@overload
+def operation(
+    *, transaction: bool = False
+) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, Operation[R]]]: ...
+
+
+def operation(
+    func: Callable[P, Generator[Any, Any, R]] | None = None, /, *, transaction: bool = False
+) -> Any:
+    """Turn a generator method into one returning its :class:`Operation`.
+
+    Use as ``@operation`` or ``@operation(transaction=True)``. Calling the
+    decorated method only builds the generator: its body (argument checks
+    included) runs when the driver first advances it.
+    """
+
+    def decorate(gen: Callable[P, Generator[Any, Any, R]]) -> Callable[P, Operation[R]]:
+        @functools.wraps(gen)
+        def build(*args: P.args, **kwargs: P.kwargs) -> Operation[R]:
+            return Operation(gen(*args, **kwargs), transaction)
+
+        return build
+
+    return decorate if func is None else decorate(func)
 
 
 class Stepper:

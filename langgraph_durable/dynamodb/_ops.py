@@ -44,7 +44,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import Sealed
-from .._core.sansio import Emit, Operation, Sleep
+from .._core.sansio import Emit, Sleep, operation
 from ..errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -679,15 +679,13 @@ class DynamoDBOps:
 
     # ---- setup -------------------------------------------------------------------
 
-    def setup(self, create: bool) -> Operation[list[str]]:
+    @operation
+    def setup(self, create: bool) -> Generator[Any, Any, list[str]]:
         """Create the table (and enable TTL) if asked, then check it.
 
         Returns:
             What this call changed (e.g. ``["created table", "enabled TTL"]``).
         """
-        return Operation(self._setup(create))
-
-    def _setup(self, create: bool) -> Generator[Any, Any, list[str]]:
         done: list[str] = []
         table = self.table
         try:
@@ -1008,6 +1006,7 @@ class DynamoDBOps:
 
     # ---- writes ------------------------------------------------------------------
 
+    @operation
     def put(
         self,
         key: ThreadKey,
@@ -1015,18 +1014,8 @@ class DynamoDBOps:
         checkpoint: Any,
         metadata: Any,
         new_versions: Any,
-    ) -> Operation[Any]:
-        """Store a checkpoint with its new blobs: one TransactWriteItems."""
-        return Operation(self._put(key, config, checkpoint, metadata, new_versions))
-
-    def _put(
-        self,
-        key: ThreadKey,
-        config: dict[str, Any],
-        checkpoint: Any,
-        metadata: Any,
-        new_versions: Any,
     ) -> Generator[Any, Any, Any]:
+        """Store a checkpoint with its new blobs: one TransactWriteItems."""
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         pk = thread_pk(key.tenant, key.thread)
         psk = pointer_sk(key.ns, rec.checkpoint_id)
@@ -1079,6 +1068,7 @@ class DynamoDBOps:
             put["ExpressionAttributeNames"] = {"#sk": "sk"}
         return {"Put": put}
 
+    @operation
     def put_writes(
         self,
         key: ThreadKey,
@@ -1086,18 +1076,8 @@ class DynamoDBOps:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation[None]:
-        """Store a task's pending writes: one TransactWriteItems per 100 items / 4 MB."""
-        return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
-
-    def _put_writes(
-        self,
-        key: ThreadKey,
-        checkpoint_id: str,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
     ) -> Generator[Any, Any, None]:
+        """Store a task's pending writes: one TransactWriteItems per 100 items / 4 MB."""
         if not writes:
             return None
         records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task_id, task_path)
@@ -1137,16 +1117,14 @@ class DynamoDBOps:
 
     # ---- reads -------------------------------------------------------------------
 
-    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Operation[Any]:
+    @operation
+    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         """The latest (or the given) checkpoint of a thread namespace.
 
         One Query (ConsistentRead) returns the pointer with its writes and
         chunks; one BatchGetItem fetches the blobs it references (and the
         thread's head when it carries a TTL).
         """
-        return Operation(self._get_tuple(key, checkpoint_id))
-
-    def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         pk = thread_pk(key.tenant, key.thread)
         now = self.now()
         found: _Group | None = None
@@ -1326,76 +1304,6 @@ class DynamoDBOps:
             parent_sends=parent_sends,
         )
 
-    def _list(
-        self,
-        tenant: str,
-        thread: str | None,
-        ns: str | None,
-        checkpoint_id: str | None,
-        filter: dict[str, Any] | None,
-        before_id: str | None,
-        limit: int | None,
-        echo_tenant: bool,
-    ) -> Generator[Any, Any, None]:
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-            if limit == 0:
-                return None
-        if filter is not None and not isinstance(filter, dict):
-            raise InvalidInputError(
-                f"filter must be a dict of metadata keys to values, got {filter!r}"
-            )
-        wanted = normalize_filter(filter)
-        now = self.now()
-
-        def keep(g: _Group) -> bool:
-            if checkpoint_id and g.checkpoint_id != checkpoint_id:
-                return False
-            if before_id and not g.checkpoint_id < before_id:
-                return False
-            return metadata_matches(g.metadata_index(), wanted)
-
-        if thread is not None and ns is not None:
-            yield from self._list_namespace(
-                tenant, thread, ns, checkpoint_id, before_id, limit, echo_tenant, keep, now
-            )
-            return None
-        # Across namespaces or threads: gather every complete checkpoint, then sort.
-        if thread is not None:
-            pk = thread_pk(tenant, thread)
-            items = yield from self._query_all(pk, "c#")
-        else:
-            items = yield from self._scan_tenant(tenant, "c#")
-        groups: dict[tuple[str, str, str], _Group] = {}
-        for item in items:
-            if not _is_live(item, now):
-                continue
-            ik = parse_checkpoint_sk(item["sk"]["S"])
-            pk = item["pk"]["S"]
-            group = groups.setdefault(
-                (pk, ik.ns, ik.checkpoint_id), _Group(pk, ik.ns, ik.checkpoint_id)
-            )
-            group.add(ik, item)
-        complete = sorted(
-            ((tenant, g) for g in groups.values() if g.pointer is not None and keep(g)),
-            key=_sort_key_desc,
-            reverse=True,
-        )
-        remaining = limit
-        batch = max(1, min(self.list_page_items, 50))
-        for start in range(0, len(complete), batch):
-            part = complete[start : start + batch]
-            if remaining is not None:
-                part = part[:remaining]
-            for tup in (yield from self._load(part, echo_tenant, now, groups)):
-                yield Emit(tup)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return None
-        return None
-
     def _list_namespace(
         self,
         tenant: str,
@@ -1483,9 +1391,11 @@ class DynamoDBOps:
 
     # ---- deletes, copies, pruning -------------------------------------------------
 
-    def delete_thread(self, tenant: str, thread_id: str) -> Operation[None]:
+    @operation
+    def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         """Delete every item of one thread (all namespaces)."""
-        return Operation(self._delete_partition(thread_pk(tenant, thread_id)))
+        yield from self._delete_partition(thread_pk(tenant, thread_id))
+        return None
 
     def _delete_partition(self, pk: str) -> Generator[Any, Any, None]:
         items = yield from self._query_all(pk, None, ("pk", "sk"))
@@ -1510,15 +1420,13 @@ class DynamoDBOps:
         )
         return None
 
-    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Operation[int]:
+    @operation
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         """Delete the checkpoints (and their writes) made by the given runs.
 
         A consistent Scan of the tenant's checkpoint items (DynamoDB has no
         index by run without a GSI); returns how many checkpoints went.
         """
-        return Operation(self._delete_for_runs(tenant, run_ids))
-
-    def _delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         ids = {str(r) for r in run_ids}
         if not ids:
             return 0
@@ -1538,11 +1446,9 @@ class DynamoDBOps:
             yield from self._delete_keys(pk, sks)
         return len(doomed)
 
-    def copy_thread(self, tenant: str, source: str, target: str) -> Operation[None]:
+    @operation
+    def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """Copy every checkpoint, blob and write of a thread to another thread id."""
-        return Operation(self._copy_thread(tenant, source, target))
-
-    def _copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         if source == target:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
         src, dst = thread_pk(tenant, source), thread_pk(tenant, target)
@@ -1583,7 +1489,10 @@ class DynamoDBOps:
         yield from self._batch_write([{"PutRequest": {"Item": c}} for c in copies])
         return None
 
-    def prune(self, tenant: str, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+    @operation
+    def prune(
+        self, tenant: str, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Any, Any, None]:
         """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything.
 
         ``keep_latest`` checks every thread first and refuses (changing
@@ -1593,11 +1502,7 @@ class DynamoDBOps:
             raise InvalidInputError(
                 f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
             )
-        return Operation(self._prune(tenant, [str(t) for t in thread_ids], strategy))
-
-    def _prune(
-        self, tenant: str, thread_ids: Sequence[str], strategy: str
-    ) -> Generator[Any, Any, None]:
+        thread_ids = [str(t) for t in thread_ids]
         if strategy == "delete":
             for thread_id in thread_ids:
                 yield from self._delete_partition(thread_pk(tenant, thread_id))
@@ -1665,6 +1570,7 @@ class DynamoDBOps:
         doomed += [sk for base, sks in blobs.items() if base not in referenced for sk in sks]
         return doomed
 
+    @operation
     def list(
         self,
         tenant: str,
@@ -1675,7 +1581,7 @@ class DynamoDBOps:
         before_id: str | None,
         limit: int | None,
         echo_tenant: bool,
-    ) -> Operation[None]:
+    ) -> Generator[Any, Any, None]:
         """Stream matching checkpoints newest first.
 
         One namespace of one thread streams page by page (a Query per page,
@@ -1684,9 +1590,64 @@ class DynamoDBOps:
         tenant's checkpoints come from a Scan of the table (an admin
         operation: it reads the whole table).
         """
-        return Operation(
-            self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+            if limit == 0:
+                return None
+        if filter is not None and not isinstance(filter, dict):
+            raise InvalidInputError(
+                f"filter must be a dict of metadata keys to values, got {filter!r}"
+            )
+        wanted = normalize_filter(filter)
+        now = self.now()
+
+        def keep(g: _Group) -> bool:
+            if checkpoint_id and g.checkpoint_id != checkpoint_id:
+                return False
+            if before_id and not g.checkpoint_id < before_id:
+                return False
+            return metadata_matches(g.metadata_index(), wanted)
+
+        if thread is not None and ns is not None:
+            yield from self._list_namespace(
+                tenant, thread, ns, checkpoint_id, before_id, limit, echo_tenant, keep, now
+            )
+            return None
+        # Across namespaces or threads: gather every complete checkpoint, then sort.
+        if thread is not None:
+            pk = thread_pk(tenant, thread)
+            items = yield from self._query_all(pk, "c#")
+        else:
+            items = yield from self._scan_tenant(tenant, "c#")
+        groups: dict[tuple[str, str, str], _Group] = {}
+        for item in items:
+            if not _is_live(item, now):
+                continue
+            ik = parse_checkpoint_sk(item["sk"]["S"])
+            pk = item["pk"]["S"]
+            group = groups.setdefault(
+                (pk, ik.ns, ik.checkpoint_id), _Group(pk, ik.ns, ik.checkpoint_id)
+            )
+            group.add(ik, item)
+        complete = sorted(
+            ((tenant, g) for g in groups.values() if g.pointer is not None and keep(g)),
+            key=_sort_key_desc,
+            reverse=True,
         )
+        remaining = limit
+        batch = max(1, min(self.list_page_items, 50))
+        for start in range(0, len(complete), batch):
+            part = complete[start : start + batch]
+            if remaining is not None:
+                part = part[:remaining]
+            for tup in (yield from self._load(part, echo_tenant, now, groups)):
+                yield Emit(tup)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return None
+        return None
 
 
 def action_size(action: dict[str, Any]) -> int:

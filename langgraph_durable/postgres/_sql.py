@@ -36,7 +36,7 @@ from .._core.codec import (
 )
 from .._core.epochs import EpochCache
 from .._core.records import Sealed
-from .._core.sansio import Emit, Operation
+from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
     InvalidInputError,
@@ -378,11 +378,9 @@ class PostgresOps:
 
     # ---- setup ---------------------------------------------------------------
 
-    def setup(self, partition_days: int) -> Operation[list[int]]:
+    @operation(transaction=True)
+    def setup(self, partition_days: int) -> Generator[Any, Any, list[int]]:
         """Create or migrate the schema; returns the migration versions applied."""
-        return Operation(self._setup(partition_days), transaction=True)
-
-    def _setup(self, partition_days: int) -> Generator[Any, Any, list[int]]:
         s = self._s
         yield Query("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,), "one", False)
         yield Query(f"CREATE SCHEMA IF NOT EXISTS {s}", (), "none", False)
@@ -437,6 +435,7 @@ class PostgresOps:
 
     # ---- writes --------------------------------------------------------------
 
+    @operation
     def put(
         self,
         key: ThreadKey,
@@ -444,18 +443,8 @@ class PostgresOps:
         checkpoint: Any,
         metadata: Any,
         new_versions: Any,
-    ) -> Operation[Any]:
-        """Store a checkpoint with its new blobs: one statement, one round trip."""
-        return Operation(self._put(key, config, checkpoint, metadata, new_versions))
-
-    def _put(
-        self,
-        key: ThreadKey,
-        config: dict[str, Any],
-        checkpoint: Any,
-        metadata: Any,
-        new_versions: Any,
     ) -> Generator[Any, Any, Any]:
+        """Store a checkpoint with its new blobs: one statement, one round trip."""
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         params = {
             "tenant": rec.tenant,
@@ -481,6 +470,7 @@ class PostgresOps:
         self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
         return self.codec.config(key, rec.checkpoint_id)
 
+    @operation
     def put_writes(
         self,
         key: ThreadKey,
@@ -488,18 +478,8 @@ class PostgresOps:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation[None]:
-        """Store a task's pending writes: one statement, one round trip."""
-        return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
-
-    def _put_writes(
-        self,
-        key: ThreadKey,
-        checkpoint_id: str,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
     ) -> Generator[Any, Any, None]:
+        """Store a task's pending writes: one statement, one round trip."""
         if not writes:
             return None
         records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task_id, task_path)
@@ -537,11 +517,9 @@ class PostgresOps:
 
     # ---- reads ---------------------------------------------------------------
 
-    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Operation[Any]:
+    @operation
+    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         """The latest (or the given) checkpoint of a thread namespace: one round trip."""
-        return Operation(self._get_tuple(key, checkpoint_id))
-
-    def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         params: dict[str, Any] = {"tenant": key.tenant, "thread": key.thread, "ns": key.ns}
         if checkpoint_id:
             params["checkpoint_id"] = checkpoint_id
@@ -565,6 +543,7 @@ class PostgresOps:
         self.epochs.remember(key.tenant, key.thread, row[-1])
         return self.codec.decode(key, _stored(row))
 
+    @operation
     def list(
         self,
         tenant: str,
@@ -575,27 +554,12 @@ class PostgresOps:
         before_id: str | None,
         limit: int | None,
         echo_tenant: bool,
-    ) -> Operation[None]:
+    ) -> Generator[Any, Any, None]:
         """Stream matching checkpoints newest first, a page per round trip.
 
         ``thread`` None lists across threads of the tenant; ``ns`` None across
         namespaces of the thread.
         """
-        return Operation(
-            self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
-        )
-
-    def _list(
-        self,
-        tenant: str,
-        thread: str | None,
-        ns: str | None,
-        checkpoint_id: str | None,
-        filter: dict[str, Any] | None,
-        before_id: str | None,
-        limit: int | None,
-        echo_tenant: bool,
-    ) -> Generator[Any, Any, None]:
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
@@ -657,9 +621,9 @@ class PostgresOps:
             if not rows and cursor is None and known is not None and thread is not None:
                 # Nothing under the remembered epoch: it may be stale; look again.
                 self.epochs.forget(tenant, thread)
-                yield from self._list(
+                yield from self.list(
                     tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant
-                )
+                ).steps
                 return None
             for row in rows:
                 stored = _stored(row)
@@ -676,31 +640,25 @@ class PostgresOps:
 
     # ---- deletes, copies, pruning -------------------------------------------
 
-    def delete_thread(self, tenant: str, thread_id: str) -> Operation[None]:
+    @operation
+    def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         """Delete every row of one thread (all namespaces): one statement."""
-        return Operation(self._delete_thread(tenant, thread_id))
-
-    def _delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         self.epochs.forget(tenant, thread_id)
         yield Query(self.DELETE_THREAD_SQL, {"tenant": tenant, "thread": thread_id})
         return None
 
-    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Operation[int]:
+    @operation
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         """Delete the checkpoints (and their writes) made by the given runs."""
-        return Operation(self._delete_for_runs(tenant, run_ids))
-
-    def _delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         ids = [str(r) for r in run_ids]
         if not ids:
             return 0
         row = yield Query(self.DELETE_FOR_RUNS_SQL, {"tenant": tenant, "run_ids": ids}, "one")
         return int(row[0])
 
-    def copy_thread(self, tenant: str, source: str, target: str) -> Operation[None]:
+    @operation(transaction=True)
+    def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """Copy every checkpoint, blob and write of a thread to another thread id."""
-        return Operation(self._copy_thread(tenant, source, target), transaction=True)
-
-    def _copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         s = self._s
         if source == target:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
@@ -751,19 +709,16 @@ class PostgresOps:
         )
         return None
 
-    def prune(self, tenant: str, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+    @operation(transaction=True)
+    def prune(
+        self, tenant: str, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Any, Any, None]:
         """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
                 f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
             )
-        return Operation(
-            self._prune(tenant, [str(t) for t in thread_ids], strategy), transaction=True
-        )
-
-    def _prune(
-        self, tenant: str, thread_ids: Sequence[str], strategy: str
-    ) -> Generator[Any, Any, None]:
+        thread_ids = [str(t) for t in thread_ids]
         s = self._s
         for thread_id in thread_ids:
             p = {"tenant": tenant, "thread": thread_id}

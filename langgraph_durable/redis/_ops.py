@@ -51,7 +51,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import CheckpointRecord, Sealed, WriteRecord
-from .._core.sansio import Emit, Operation
+from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -952,11 +952,9 @@ class RedisOps:
 
     # ---- setup ---------------------------------------------------------------
 
-    def setup(self, ttl_set: bool) -> Operation[SetupResult]:
+    @operation
+    def setup(self, ttl_set: bool) -> Generator[Any, Any, SetupResult]:
         """Check the servers, load the scripts, warn about unsafe configuration."""
-        return Operation(self._setup(ttl_set))
-
-    def _setup(self, ttl_set: bool) -> Generator[Any, Any, SetupResult]:
         infos = yield Command(("INFO", "server"), every_primary=True)
         versions = tuple(_server_version(info) for info in infos)
         for text in versions:
@@ -984,6 +982,7 @@ class RedisOps:
 
     # ---- writes --------------------------------------------------------------
 
+    @operation
     def put(
         self,
         key: ThreadKey,
@@ -991,21 +990,11 @@ class RedisOps:
         checkpoint: Any,
         metadata: Any,
         new_versions: Any,
-    ) -> Operation[Any]:
+    ) -> Generator[Any, Any, Any]:
         """Store a checkpoint with its new blobs: one script, one round trip.
 
         The first write of a thread adds it to its tenant's index (one more).
         """
-        return Operation(self._put(key, config, checkpoint, metadata, new_versions))
-
-    def _put(
-        self,
-        key: ThreadKey,
-        config: dict[str, Any],
-        checkpoint: Any,
-        metadata: Any,
-        new_versions: Any,
-    ) -> Generator[Any, Any, Any]:
         tenant, thread, ns = self._thread_parts(key)
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         checkpoint_id = _ident(rec.checkpoint_id, "checkpoint id")
@@ -1032,6 +1021,7 @@ class RedisOps:
         yield from self._register(tenant, thread, result)
         return self.codec.config(key, checkpoint_id)
 
+    @operation
     def put_writes(
         self,
         key: ThreadKey,
@@ -1039,18 +1029,8 @@ class RedisOps:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation[None]:
-        """Store a task's pending writes: one script, one round trip."""
-        return Operation(self._put_writes(key, checkpoint_id, writes, task_id, task_path))
-
-    def _put_writes(
-        self,
-        key: ThreadKey,
-        checkpoint_id: str,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
     ) -> Generator[Any, Any, None]:
+        """Store a task's pending writes: one script, one round trip."""
         if not writes:
             return None
         tenant, thread, ns = self._thread_parts(key)
@@ -1103,11 +1083,9 @@ class RedisOps:
 
     # ---- reads ---------------------------------------------------------------
 
-    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Operation[Any]:
+    @operation
+    def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         """The latest (or the given) checkpoint of a thread namespace: one round trip."""
-        return Operation(self._get_tuple(key, checkpoint_id))
-
-    def _get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         tenant, thread, ns = self._thread_parts(key)
         cid = _ident(checkpoint_id, "checkpoint id") if checkpoint_id else ""
         raw = yield Script(GET, self.keys.thread(tenant, thread), (ns, cid, self._read_ttl))
@@ -1115,6 +1093,7 @@ class RedisOps:
             return None
         return self.codec.decode(key, _Entry(raw).stored(thread))
 
+    @operation
     def list(
         self,
         tenant: str,
@@ -1125,28 +1104,13 @@ class RedisOps:
         before_id: str | None,
         limit: int | None,
         echo_tenant: bool,
-    ) -> Operation[None]:
+    ) -> Generator[Any, Any, None]:
         """Stream matching checkpoints newest first, a page per round trip.
 
         ``thread`` None lists across the tenant's threads (through its index);
         ``ns`` None across namespaces of the thread. Filters are matched in
         Python on each checkpoint's stored metadata index.
         """
-        return Operation(
-            self._list(tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant)
-        )
-
-    def _list(
-        self,
-        tenant: str,
-        thread: str | None,
-        ns: str | None,
-        checkpoint_id: str | None,
-        filter: dict[str, Any] | None,
-        before_id: str | None,
-        limit: int | None,
-        echo_tenant: bool,
-    ) -> Generator[Any, Any, None]:
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
@@ -1309,9 +1273,11 @@ class RedisOps:
 
     # ---- deletes, copies, pruning -------------------------------------------
 
-    def delete_thread(self, tenant: str, thread_id: str) -> Operation[None]:
+    @operation
+    def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         """Delete every key of one thread (all namespaces): one round trip."""
-        return Operation(self._delete_threads(tenant, [thread_id]))
+        yield from self._delete_threads(tenant, [thread_id])
+        return None
 
     def _delete_threads(self, tenant: str, thread_ids: Sequence[str]) -> Generator[Any, Any, None]:
         tenant = _ident(tenant, "tenant id")
@@ -1326,15 +1292,13 @@ class RedisOps:
             _first_error((yield Batch(tuple(requests))))
         return None
 
-    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Operation[int]:
+    @operation
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         """Delete the checkpoints (and their writes) made by the given runs.
 
         Visits every thread in the tenant's index, a pipeline per ``BATCH_SIZE``
         threads; each thread's script is atomic.
         """
-        return Operation(self._delete_for_runs(tenant, run_ids))
-
-    def _delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         ids = [str(r) for r in run_ids]
         if not ids:
             return 0
@@ -1356,7 +1320,8 @@ class RedisOps:
         yield from self._forget(tenant, gone)
         return total
 
-    def copy_thread(self, tenant: str, source: str, target: str) -> Operation[None]:
+    @operation
+    def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """Copy every checkpoint, blob and write of a thread to another thread id.
 
         One read of the source (a consistent snapshot), then writes to the
@@ -1364,9 +1329,6 @@ class RedisOps:
         and checkpoints last, so a checkpoint is never visible before its parts.
         Entries the target already has are kept.
         """
-        return Operation(self._copy_thread(tenant, source, target))
-
-    def _copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         if source == target:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
         tenant = _ident(tenant, "tenant id")
@@ -1393,7 +1355,10 @@ class RedisOps:
         yield from self._register(tenant, target, result)
         return None
 
-    def prune(self, tenant: str, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+    @operation
+    def prune(
+        self, tenant: str, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Any, Any, None]:
         """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
@@ -1401,12 +1366,10 @@ class RedisOps:
             )
         threads = [str(t) for t in thread_ids]
         if strategy == "delete":
-            return Operation(self._delete_threads(tenant, threads))
-        return Operation(self._prune(tenant, threads))
-
-    def _prune(self, tenant: str, thread_ids: Sequence[str]) -> Generator[Any, Any, None]:
+            yield from self._delete_threads(tenant, threads)
+            return None
         tenant = _ident(tenant, "tenant id")
-        threads = [_ident(t, "thread_id") for t in thread_ids]
+        threads = [_ident(t, "thread_id") for t in threads]
         # Refuse before changing anything, like the SQL backend's single transaction.
         for chunk in _chunks(threads, BATCH_SIZE):
             results = yield Batch(
