@@ -19,11 +19,8 @@ import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, MessagesState, StateGraph
 from typing_extensions import TypedDict
-
-from langgraph_durable._core.versions import next_version
 
 REGION = "us-east-1"
 
@@ -36,45 +33,6 @@ def make_client(endpoint: str) -> Any:
         region_name=REGION,
         config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),
     )
-
-
-def cfg(
-    thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **extra}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
-
-
-def make_cp(**values: Any) -> dict[str, Any]:
-    cp = dict(empty_checkpoint())
-    cp["channel_values"] = values
-    return cp
-
-
-def put_chain(
-    saver: Any, thread: str, n: int, v: int | None = None, **extra: Any
-) -> list[dict[str, Any]]:
-    """``n`` checkpoints in a parent chain; each has a primitive and a blob channel.
-
-    ``v`` sets the checkpoint format (LangGraph's graphs write 4; the base
-    ``empty_checkpoint`` says 2, whose readers also fetch the parent's sends).
-    """
-    configs, parent = [], None
-    for i in range(n):
-        cp = make_cp(step=i, payload={"i": i})
-        if v is not None:
-            cp["v"] = v
-        cp["channel_versions"] = {"step": next_version(None), "payload": f"{i + 1:032}.0"}
-        parent = saver.put(
-            cfg(thread, checkpoint_id=parent, **extra),
-            cp,
-            {"step": i, "source": "loop"},
-            {"step": cp["channel_versions"]["step"], "payload": cp["channel_versions"]["payload"]},
-        )["configurable"]["checkpoint_id"]
-        configs.append(cfg(thread, checkpoint_id=parent, **extra))
-    return configs
 
 
 def raw_items(client: Any, table: str) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable.dynamodb import DynamoDBSaver
-from tests.dynamodb.helpers import CallCounter, agent_graph, cfg, make_client, put_chain
+from tests.dynamodb.helpers import CallCounter, agent_graph, make_client
+from tests.helpers import cfg, put_chain
 
 
 @pytest.fixture

@@ -13,15 +13,13 @@ from langgraph_durable.dynamodb import DynamoDBSaver, TransactionCanceledError
 from langgraph_durable.errors import StorageError, StorageUnavailableError
 from tests.dynamodb.helpers import (
     Faults,
-    cfg,
     error_response,
     history_signature,
     loop_graph,
     make_client,
-    make_cp,
-    put_chain,
     raw_items,
 )
+from tests.helpers import cfg, make_cp, put_chain
 
 FAST_RETRIES = {"retry_base_delay": 0.001, "retry_max_delay": 0.01, "max_attempts": 12}
 

@@ -11,7 +11,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_durable._core.versions import next_version
 from langgraph_durable.dynamodb import DynamoDBSaver
 from langgraph_durable.errors import InvalidInputError
-from tests.dynamodb.helpers import CallCounter, cfg, loop_graph, make_client, make_cp, raw_items
+from tests.dynamodb.helpers import CallCounter, loop_graph, make_client, raw_items
+from tests.helpers import cfg, make_cp
 
 MB = 1024 * 1024
 

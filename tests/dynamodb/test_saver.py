@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable._core.versions import next_version
 from langgraph_durable.dynamodb import AsyncDynamoDBSaver, DynamoDBOptions, DynamoDBSaver
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -19,7 +18,19 @@ from langgraph_durable.errors import (
     StorageUnavailableError,
     UnsupportedOperationError,
 )
-from tests.dynamodb.helpers import CallCounter, cfg, make_client, make_cp, put_chain, raw_items
+from tests.dynamodb.helpers import CallCounter, make_client, raw_items
+from tests.helpers import (
+    aput_message_with_write,
+    cfg,
+    checkpoint_ids,
+    config_ids,
+    make_cp,
+    put_chain,
+    put_shared_blob_chain,
+    tenant_from_org,
+    versioned_cp,
+    write_concurrently,
+)
 
 
 @pytest.fixture
@@ -136,7 +147,7 @@ def test_fixed_and_callable_tenants(client: Any, dynamodb_table: str) -> None:
     by_org = DynamoDBSaver(
         client,
         table=dynamodb_table,
-        tenant=lambda c: (c or {}).get("configurable", {}).get("org"),
+        tenant=tenant_from_org,
     )
     assert by_org.get_tuple(cfg("t")) is None
     put_chain(by_org, "t", 2, org="fixed")
@@ -147,7 +158,7 @@ def test_list_pages_filters_and_limits(client: Any, dynamodb_table: str) -> None
     saver = DynamoDBSaver(client, table=dynamodb_table, list_page_items=25)
     saver.setup()
     configs = put_chain(saver, "long", 90)
-    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    ids = config_ids(configs)
     saver.put_writes(configs[5], [("a", 1), ("b", [2])], "task")
     counter = CallCounter(client)
     listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("long"))]
@@ -156,7 +167,7 @@ def test_list_pages_filters_and_limits(client: Any, dynamodb_table: str) -> None
     # parent's pending sends: found in the same page, except at the 3 page ends
     assert counter.reset()["Query"] == 4 + 3
     assert len(list(saver.list(cfg("long"), limit=70))) == 70
-    before = [t.checkpoint["id"] for t in saver.list(cfg("long"), before=configs[10], limit=3)]
+    before = checkpoint_ids(saver.list(cfg("long"), before=configs[10], limit=3))
     assert before == ids[9:6:-1]
     assert [t.metadata["step"] for t in saver.list(cfg("long"), filter={"step": 7})] == [7]
     (five,) = saver.list(cfg("long"), filter={"step": 5})
@@ -165,7 +176,7 @@ def test_list_pages_filters_and_limits(client: Any, dynamodb_table: str) -> None
         list(saver.list(None, filter={"step": 7, "source": "loop"}))[0].checkpoint["id"] == (ids[7])
     )
     # across namespaces (thread without checkpoint_ns) the order is the same
-    across = [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "long"}})]
+    across = checkpoint_ids(saver.list({"configurable": {"thread_id": "long"}}))
     assert across == ids[::-1]
     # a streaming listing can be abandoned, and the saver still works
     it = saver.list(cfg("long"))
@@ -175,17 +186,7 @@ def test_list_pages_filters_and_limits(client: Any, dynamodb_table: str) -> None
 
 
 def test_unchanged_blob_survives_keep_latest(saver: DynamoDBSaver) -> None:
-    big_version = next_version(None)
-    parent = None
-    for i in range(4):
-        cp = make_cp(big=["kept"] * 10, counter=[i])
-        cp["channel_versions"] = {"big": big_version, "counter": f"{i + 1:032}.0"}
-        new = {"counter": cp["channel_versions"]["counter"]}
-        if i == 0:
-            new["big"] = big_version  # written once, referenced by every later checkpoint
-        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"][
-            "checkpoint_id"
-        ]
+    parent = put_shared_blob_chain(saver, "t")
     saver.put_writes(cfg("t", checkpoint_id=parent), [("counter", [9])], "task")
     saver.prune(["t"], strategy="keep_latest")
     (only,) = list(saver.list(cfg("t")))
@@ -248,9 +249,7 @@ def test_bad_input_gets_our_errors_and_loses_nothing(saver: DynamoDBSaver) -> No
         list(saver.list(cfg("t"), limit=-1))
     with pytest.raises(InvalidInputError, match="filter"):
         list(saver.list(cfg("t"), filter="step"))  # type: ignore[arg-type]
-    assert [t.checkpoint["id"] for t in saver.list(cfg("t"))] == [
-        c["configurable"]["checkpoint_id"] for c in configs[::-1]
-    ]
+    assert checkpoint_ids(saver.list(cfg("t"))) == config_ids(configs[::-1])
 
 
 def test_unreachable_endpoint_is_unavailable() -> None:
@@ -275,9 +274,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: DynamoDBSaver) -> No
     saver.delete_for_runs(["r1"])
     assert list(saver.list(cfg("src"))) == []
     assert list(saver.list(cfg("dst"))) == []
-    assert [t.checkpoint["id"] for t in saver.list(cfg("other"))] == [
-        c["configurable"]["checkpoint_id"] for c in keep
-    ]
+    assert checkpoint_ids(saver.list(cfg("other"))) == config_ids(keep)
     leftovers = [
         i["sk"]["S"] for i in raw_items(saver.client, saver.table) if i["sk"]["S"].startswith("c#")
     ]
@@ -287,8 +284,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: DynamoDBSaver) -> No
 
 def test_odd_names_round_trip(saver: DynamoDBSaver) -> None:
     names = ['quo"te', "hash#tag", "per%cent", "c#x#y#", "sp ace", "ünï", "\x01ctl", "~"]
-    cp = make_cp(**{n: [n] for n in names})
-    cp["channel_versions"] = {n: next_version(None) for n in names}
+    cp = versioned_cp(**{n: [n] for n in names})
     for ns in ("", "a#b", "sub:1|x"):
         stored = saver.put(cfg("odd#thread", ns=ns), cp, {}, cp["channel_versions"])
         saver.put_writes(stored, [(n, n) for n in names], "task#1")
@@ -301,21 +297,7 @@ def test_odd_names_round_trip(saver: DynamoDBSaver) -> None:
 
 
 def test_concurrent_writers_on_one_thread(saver: DynamoDBSaver) -> None:
-    errors: list[BaseException] = []
-
-    def work(n: int) -> None:
-        try:
-            for i in range(10):
-                cp = make_cp(x=[n, i])
-                saver.put(cfg("shared", ns=f"ns{n}"), cp, {}, {})
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = write_concurrently(saver, "shared", writers=4, puts=10)
     assert errors == []
     assert len(list(saver.list({"configurable": {"thread_id": "shared"}}))) == 40
 
@@ -435,11 +417,7 @@ async def test_async_saver_round_trip_and_sync_bridge(
     url = f"dynamodb://{dynamodb_table}?region=us-east-1&endpoint={dynamodb_endpoint}"
     async with AsyncDynamoDBSaver.from_conn_string(url) as s:
         assert await s.setup() == ["created table"]
-        cp = make_cp(messages=["hi"])
-        cp["channel_versions"] = {"messages": next_version(None)}
-        stored = await s.aput(cfg("t"), cp, {"source": "input"}, cp["channel_versions"])
-        await s.aput_writes(stored, [("messages", ["there"])], "task")
-        tup = await s.aget_tuple(cfg("t"))
+        cp, tup = await aput_message_with_write(s, "t")
         assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
         assert tup.pending_writes == [("task", "messages", ["there"])]
         other = await asyncio.to_thread(s.get_tuple, cfg("t"))

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
 from psycopg_pool import ConnectionPool
 
-from langgraph_durable._core.versions import next_version
 from langgraph_durable.errors import (
     ConfigurationError,
     InvalidInputError,
@@ -22,38 +18,30 @@ from langgraph_durable.errors import (
 )
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
 from langgraph_durable.postgres._sql import MIGRATIONS
+from tests.helpers import (
+    aput_message_with_write,
+    cfg,
+    checkpoint_ids,
+    config_ids,
+    make_cp,
+    put_chain,
+    put_shared_blob_chain,
+    tenant_from_org,
+    versioned_cp,
+    write_concurrently,
+)
 
 ALL_MIGRATIONS = list(range(1, len(MIGRATIONS) + 1))
 
 
-def cfg(
-    thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **extra}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
-
-
-def make_cp(**values: Any) -> dict[str, Any]:
-    cp = dict(empty_checkpoint())
-    cp["channel_values"] = values
-    return cp
-
-
-def put_chain(saver: PostgresSaver, thread: str, n: int, **extra: Any) -> list[dict[str, Any]]:
-    configs, parent = [], None
-    for i in range(n):
-        cp = make_cp(step=i, payload={"i": i})
-        cp["channel_versions"] = {"step": next_version(None), "payload": f"{i + 1:032}.0"}
-        parent = saver.put(
-            cfg(thread, checkpoint_id=parent, **extra),
-            cp,
-            {"step": i, "source": "loop"},
-            {"step": cp["channel_versions"]["step"], "payload": cp["channel_versions"]["payload"]},
-        )["configurable"]["checkpoint_id"]
-        configs.append(cfg(thread, checkpoint_id=parent, **extra))
-    return configs
+def count_partitions(conn: psycopg.Connection, schema: str) -> int:
+    """How many partitions (leaf tables) the saver's tables in ``schema`` have."""
+    return conn.execute(
+        "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind = 'r'",
+        (schema,),
+    ).fetchone()[0]
 
 
 @pytest.fixture
@@ -102,9 +90,7 @@ def test_fixed_and_callable_tenants(pg_url: str, pg_schema: str) -> None:
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, tenant="fixed") as fixed:
         fixed.setup()
         put_chain(fixed, "t", 1)
-    with PostgresSaver.from_conn_string(
-        pg_url, schema=pg_schema, tenant=lambda c: (c or {}).get("configurable", {}).get("org")
-    ) as by_org:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, tenant=tenant_from_org) as by_org:
         assert by_org.get_tuple(cfg("t")) is None
         put_chain(by_org, "t", 2, org="fixed")
         assert len(list(by_org.list(cfg("t", org="fixed")))) == 3
@@ -112,11 +98,11 @@ def test_fixed_and_callable_tenants(pg_url: str, pg_schema: str) -> None:
 
 def test_list_pages_filters_and_limits(saver: PostgresSaver) -> None:
     configs = put_chain(saver, "long", 230)
-    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    ids = config_ids(configs)
     listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("long"))]
     assert listed == ids[::-1]
     assert len(list(saver.list(cfg("long"), limit=150))) == 150
-    before = [t.checkpoint["id"] for t in saver.list(cfg("long"), before=configs[10], limit=3)]
+    before = checkpoint_ids(saver.list(cfg("long"), before=configs[10], limit=3))
     assert before == ids[9:6:-1]
     assert [t.metadata["step"] for t in saver.list(cfg("long"), filter={"step": 7})] == [7]
     assert (
@@ -137,17 +123,7 @@ def test_metadata_filter_cannot_change_the_sql(saver: PostgresSaver, pg_url: str
 
 
 def test_unchanged_blob_survives_keep_latest(saver: PostgresSaver) -> None:
-    big_version = next_version(None)
-    parent = None
-    for i in range(4):
-        cp = make_cp(big=["kept"] * 10, counter=[i])
-        cp["channel_versions"] = {"big": big_version, "counter": f"{i + 1:032}.0"}
-        new = {"counter": cp["channel_versions"]["counter"]}
-        if i == 0:
-            new["big"] = big_version  # written once, referenced by every later checkpoint
-        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"][
-            "checkpoint_id"
-        ]
+    put_shared_blob_chain(saver, "t")
     saver.prune(["t"], strategy="keep_latest")
     (only,) = list(saver.list(cfg("t")))
     assert only.metadata == {}
@@ -174,9 +150,7 @@ def test_bad_input_gets_our_errors_and_loses_nothing(saver: PostgresSaver) -> No
         saver.put(cfg("t\x00x"), make_cp(), {}, {})
     with pytest.raises(InvalidInputError):
         list(saver.list(cfg("t"), limit=-1))
-    assert [t.checkpoint["id"] for t in saver.list(cfg("t"))] == [
-        c["configurable"]["checkpoint_id"] for c in configs[::-1]
-    ]
+    assert checkpoint_ids(saver.list(cfg("t"))) == config_ids(configs[::-1])
 
 
 def test_missing_setup_and_unreachable_database() -> None:
@@ -215,22 +189,12 @@ def test_a_new_time_bucket_gets_its_partition_on_first_write(
         conn.execute(
             f"UPDATE \"{saver.schema}\".settings SET value = '1' WHERE key = 'partition_days'"
         )
-        before = conn.execute(
-            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind = 'r'",
-            (saver.schema,),
-        ).fetchone()[0]
+        before = count_partitions(conn, saver.schema)
     put_chain(saver, "new", 2)
     assert len(list(saver.list(cfg("new")))) == 2
     assert len(list(saver.list(cfg("old")))) == 1
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        after = conn.execute(
-            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind = 'r'",
-            (saver.schema,),
-        ).fetchone()[0]
+        after = count_partitions(conn, saver.schema)
     assert after == before + 3
 
 
@@ -263,11 +227,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: PostgresSaver) -> No
 async def test_async_saver_round_trip_and_sync_bridge(pg_url: str, pg_schema: str) -> None:
     async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
         assert await s.setup() == ALL_MIGRATIONS
-        cp = make_cp(messages=["hi"])
-        cp["channel_versions"] = {"messages": next_version(None)}
-        stored = await s.aput(cfg("t"), cp, {"source": "input"}, cp["channel_versions"])
-        await s.aput_writes(stored, [("messages", ["there"])], "task")
-        tup = await s.aget_tuple(cfg("t"))
+        cp, tup = await aput_message_with_write(s, "t")
         assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
         assert tup.pending_writes == [("task", "messages", ["there"])]
         # the sync methods work from another thread, and refuse the loop's own thread
@@ -279,21 +239,7 @@ async def test_async_saver_round_trip_and_sync_bridge(pg_url: str, pg_schema: st
 
 
 def test_concurrent_writers_on_one_thread(saver: PostgresSaver) -> None:
-    errors: list[BaseException] = []
-
-    def work(n: int) -> None:
-        try:
-            for i in range(20):
-                cp = make_cp(x=[n, i])
-                saver.put(cfg("shared", ns=f"ns{n}"), cp, {}, {})
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = write_concurrently(saver, "shared", writers=4, puts=20)
     assert errors == []
     assert len(list(saver.list(cfg("shared") | {"configurable": {"thread_id": "shared"}}))) == 80
 
@@ -319,8 +265,7 @@ def test_partitions_compress_payloads_with_lz4_when_available(
 
 def test_odd_channel_names_round_trip(saver: PostgresSaver) -> None:
     names = ['quo"te', "back\\slash", "com,ma", "NULL", "{brace}", "sp ace", "ünï"]
-    cp = make_cp(**{n: [n] for n in names})
-    cp["channel_versions"] = {n: next_version(None) for n in names}
+    cp = versioned_cp(**{n: [n] for n in names})
     stored = saver.put(cfg("odd"), cp, {}, cp["channel_versions"])
     saver.put_writes(stored, [(n, n) for n in names], "task")
     tup = saver.get_tuple(cfg("odd"))
@@ -347,7 +292,7 @@ def test_a_thread_deleted_and_started_again_elsewhere_is_found(pg_url: str, pg_s
         new = put_chain(b, "t", 1)
         got = a.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["id"] == new[0]["configurable"]["checkpoint_id"]
-        assert [t.checkpoint["id"] for t in a.list(cfg("t"))] == [got.checkpoint["id"]]
+        assert checkpoint_ids(a.list(cfg("t"))) == [got.checkpoint["id"]]
         assert a.get_tuple(cfg("t", ns="child:1")) is None
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR, TASKS
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -27,43 +25,19 @@ from langgraph_durable.errors import (
 )
 from langgraph_durable.redis import AsyncRedisSaver, RedisOptions, RedisSaver
 from langgraph_durable.redis._ops import SCRIPTS, Batch, Script
+from tests.helpers import (
+    aput_message_with_write,
+    cfg,
+    checkpoint_ids,
+    config_ids,
+    make_cp,
+    put_chain,
+    put_shared_blob_chain,
+    tenant_from_org,
+    versioned_cp,
+    write_concurrently,
+)
 from tests.servers import RedisServer
-
-
-def cfg(
-    thread: str, ns: str = "", checkpoint_id: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns, **extra}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
-
-
-def make_cp(**values: Any) -> dict[str, Any]:
-    cp = dict(empty_checkpoint())
-    cp["channel_values"] = values
-    return cp
-
-
-def put_chain(
-    saver: RedisSaver, thread: str, n: int, ns: str = "", **extra: Any
-) -> list[dict[str, Any]]:
-    configs, parent = [], None
-    for i in range(n):
-        cp = make_cp(step=i, payload={"i": i})
-        cp["channel_versions"] = {"step": next_version(None), "payload": f"{i + 1:032}.0"}
-        parent = saver.put(
-            cfg(thread, ns, checkpoint_id=parent, **extra),
-            cp,
-            {"step": i, "source": "loop"},
-            {"step": cp["channel_versions"]["step"], "payload": cp["channel_versions"]["payload"]},
-        )["configurable"]["checkpoint_id"]
-        configs.append(cfg(thread, ns, checkpoint_id=parent, **extra))
-    return configs
-
-
-def ids(tuples: Any) -> list[str]:
-    return [t.checkpoint["id"] for t in tuples]
 
 
 class CountingConnection(redis.Connection):
@@ -231,7 +205,7 @@ def test_fixed_and_callable_tenants(redis_url: str, redis_prefix: str) -> None:
     with RedisSaver.from_conn_string(
         redis_url,
         prefix=redis_prefix,
-        tenant=lambda c: (c or {}).get("configurable", {}).get("org"),
+        tenant=tenant_from_org,
     ) as by_org:
         assert by_org.get_tuple(cfg("t")) is None
         put_chain(by_org, "t", 2, org="fixed")
@@ -243,15 +217,15 @@ def test_fixed_and_callable_tenants(redis_url: str, redis_prefix: str) -> None:
 
 def test_list_pages_filters_and_limits(saver: RedisSaver) -> None:
     configs = put_chain(saver, "long", 230)
-    want = [c["configurable"]["checkpoint_id"] for c in configs]
-    assert ids(saver.list(cfg("long"))) == want[::-1]
-    assert ids(saver.list(cfg("long", ns=""))) == want[::-1]
+    want = config_ids(configs)
+    assert checkpoint_ids(saver.list(cfg("long"))) == want[::-1]
+    assert checkpoint_ids(saver.list(cfg("long", ns=""))) == want[::-1]
     assert len(list(saver.list(cfg("long"), limit=150))) == 150
-    assert ids(saver.list(cfg("long"), before=configs[10], limit=3)) == want[9:6:-1]
+    assert checkpoint_ids(saver.list(cfg("long"), before=configs[10], limit=3)) == want[9:6:-1]
     assert [t.metadata["step"] for t in saver.list(cfg("long"), filter={"step": 7})] == [7]
-    assert ids(saver.list(None, filter={"step": 7, "source": "loop"})) == [want[7]]
-    assert ids(saver.list(cfg("long", checkpoint_id=want[5]))) == [want[5]]
-    assert ids(saver.list(cfg("long", checkpoint_id=want[5]), before=configs[3])) == []
+    assert checkpoint_ids(saver.list(None, filter={"step": 7, "source": "loop"})) == [want[7]]
+    assert checkpoint_ids(saver.list(cfg("long", checkpoint_id=want[5]))) == [want[5]]
+    assert checkpoint_ids(saver.list(cfg("long", checkpoint_id=want[5]), before=configs[3])) == []
     assert list(saver.list(cfg("long"), filter={"step": 7, "source": "input"})) == []
     # a streaming listing can be abandoned, and the saver still works
     it = saver.list(cfg("long"))
@@ -286,8 +260,7 @@ def test_round_trips_per_operation_on_the_wire(redis_url: str, redis_prefix: str
         call()
         return len(seen), CountingConnection.sent
 
-    cp = make_cp(messages=["hi"])
-    cp["channel_versions"] = {"messages": next_version(None)}
+    cp = versioned_cp(messages=["hi"])
     first: dict[str, Any] = {}
     # the first write of a thread also adds it to the tenant's index
     assert measure(lambda: first.update(s.put(cfg("t"), cp, {}, cp["channel_versions"]))) == (
@@ -348,8 +321,7 @@ def test_regular_writes_keep_the_first_and_special_writes_replace(saver: RedisSa
 
 def test_odd_channel_names_round_trip(saver: RedisSaver) -> None:
     names = ['quo"te', "back\\slash", "com,ma", "NULL", "{brace}", "sp ace", "ünï", "a|b", ""]
-    cp = make_cp(**{n: [n] for n in names})
-    cp["channel_versions"] = {n: next_version(None) for n in names}
+    cp = versioned_cp(**{n: [n] for n in names})
     stored = saver.put(cfg("odd"), cp, {}, cp["channel_versions"])
     saver.put_writes(stored, [(n, n) for n in names], "task")
     tup = saver.get_tuple(cfg("odd"))
@@ -390,14 +362,14 @@ def test_list_across_threads_merges_newest_first(saver: RedisSaver, raw: redis.R
             parents[thread] = config
             made.append(config["configurable"]["checkpoint_id"])
     newest = sorted(made, reverse=True)
-    assert ids(saver.list(None)) == newest
-    assert ids(saver.list(None, limit=7)) == newest[:7]
-    assert ids(saver.list(None, filter={"thread": "b"}, limit=2)) == ids(
+    assert checkpoint_ids(saver.list(None)) == newest
+    assert checkpoint_ids(saver.list(None, limit=7)) == newest[:7]
+    assert checkpoint_ids(saver.list(None, filter={"thread": "b"}, limit=2)) == checkpoint_ids(
         saver.list(cfg("b"), limit=2)
     )
     cut = newest[40]
-    assert ids(saver.list(None, before=cfg("x", checkpoint_id=cut))) == newest[41:]
-    assert ids(saver.list({"configurable": {"checkpoint_id": cut}})) == [cut]
+    assert checkpoint_ids(saver.list(None, before=cfg("x", checkpoint_id=cut))) == newest[41:]
+    assert checkpoint_ids(saver.list({"configurable": {"checkpoint_id": cut}})) == [cut]
     # a thread whose keys vanished (expired, evicted) is skipped and dropped from the index
     index = saver.keys.tenant_index("default")
     raw.delete(*saver.keys.thread("default", "c"))
@@ -409,12 +381,12 @@ def test_list_across_threads_merges_newest_first(saver: RedisSaver, raw: redis.R
 def test_list_across_many_threads_pages_and_refills(saver: RedisSaver) -> None:
     made: list[str] = []
     for i in range(130):  # more threads than one pipeline carries
-        made += [c["configurable"]["checkpoint_id"] for c in put_chain(saver, f"t{i}", 1)]
+        made += config_ids(put_chain(saver, f"t{i}", 1))
     for i in range(3):  # and threads longer than the first read of ids
-        made += [c["configurable"]["checkpoint_id"] for c in put_chain(saver, f"long{i}", 45)]
+        made += config_ids(put_chain(saver, f"long{i}", 45))
     newest = sorted(made, reverse=True)
-    assert ids(saver.list(None)) == newest
-    assert ids(saver.list(None, limit=150)) == newest[:150]
+    assert checkpoint_ids(saver.list(None)) == newest
+    assert checkpoint_ids(saver.list(None, limit=150)) == newest[:150]
     assert len(list(saver.list(None, filter={"step": 44}))) == 3
 
 
@@ -426,7 +398,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: RedisSaver, raw: red
     dst = saver.get_tuple(cfg("dst"))
     assert dst is not None and dst.pending_writes == [("task-1", "a", {"v": 1})]
     assert dst.checkpoint["channel_values"]["payload"] == {"i": 1}
-    assert ids(saver.list(cfg("dst"))) == ids(saver.list(cfg("src")))
+    assert checkpoint_ids(saver.list(cfg("dst"))) == checkpoint_ids(saver.list(cfg("src")))
     assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {
         "src",
         "dst",
@@ -437,7 +409,7 @@ def test_delete_for_runs_and_copy_thread_with_writes(saver: RedisSaver, raw: red
     saver.delete_for_runs(["r1"])
     assert list(saver.list(cfg("src"))) == []
     assert list(saver.list(cfg("dst"))) == []
-    assert ids(saver.list(cfg("other"))) == [keep[0]["configurable"]["checkpoint_id"]]
+    assert checkpoint_ids(saver.list(cfg("other"))) == [keep[0]["configurable"]["checkpoint_id"]]
     # nothing of the emptied threads is left, in them or in the index
     for thread in ("src", "dst"):
         assert raw.exists(*saver.keys.thread("default", thread)) == 0
@@ -464,25 +436,13 @@ def test_copy_thread_merges_into_an_existing_target(saver: RedisSaver) -> None:
     src = put_chain(saver, "src", 3)
     dst = put_chain(saver, "dst", 1)
     saver.copy_thread("src", "dst")
-    assert set(ids(saver.list(cfg("dst")))) == {
-        c["configurable"]["checkpoint_id"] for c in src + dst
-    }
+    assert set(checkpoint_ids(saver.list(cfg("dst")))) == set(config_ids(src + dst))
     saver.copy_thread("missing", "dst2")
     assert list(saver.list(cfg("dst2"))) == []
 
 
 def test_unchanged_blob_survives_keep_latest(saver: RedisSaver) -> None:
-    big_version = next_version(None)
-    parent = None
-    for i in range(4):
-        cp = make_cp(big=["kept"] * 10, counter=[i])
-        cp["channel_versions"] = {"big": big_version, "counter": f"{i + 1:032}.0"}
-        new = {"counter": cp["channel_versions"]["counter"]}
-        if i == 0:
-            new["big"] = big_version  # written once, referenced by every later checkpoint
-        parent = saver.put(cfg("t", checkpoint_id=parent), cp, {}, new)["configurable"][
-            "checkpoint_id"
-        ]
+    put_shared_blob_chain(saver, "t")
     saver.prune(["t"], strategy="keep_latest")
     (only,) = list(saver.list(cfg("t")))
     assert only.metadata == {}
@@ -524,7 +484,7 @@ def test_bad_input_gets_our_errors_and_loses_nothing(saver: RedisSaver) -> None:
         list(saver.list(cfg("t"), limit=-1))
     with pytest.raises(InvalidInputError):
         list(saver.list(cfg("t"), filter=["step"]))  # type: ignore[arg-type]
-    assert ids(saver.list(cfg("t"))) == [c["configurable"]["checkpoint_id"] for c in configs[::-1]]
+    assert checkpoint_ids(saver.list(cfg("t"))) == config_ids(configs[::-1])
 
 
 def test_a_write_that_fails_midway_changes_nothing(saver: RedisSaver, raw: redis.Redis) -> None:
@@ -662,12 +622,8 @@ def test_without_ttl_keys_persist(redis_url: str, redis_prefix: str, raw: redis.
 async def test_async_saver_round_trip_and_sync_bridge(redis_url: str, redis_prefix: str) -> None:
     async with AsyncRedisSaver.from_conn_string(redis_url, prefix=redis_prefix) as s:
         assert (await s.setup()).versions
-        cp = make_cp(messages=["hi"])
-        cp["channel_versions"] = {"messages": next_version(None)}
         seen = count_requests(s)
-        stored = await s.aput(cfg("t"), cp, {"source": "input"}, cp["channel_versions"])
-        await s.aput_writes(stored, [("messages", ["there"])], "task")
-        tup = await s.aget_tuple(cfg("t"))
+        cp, tup = await aput_message_with_write(s, "t")
         assert len(seen) == 4  # put (+ index, the thread's first write), writes, get
         assert all(not isinstance(r, Batch) for r in seen)
         assert tup is not None and tup.checkpoint["channel_values"] == {"messages": ["hi"]}
@@ -686,20 +642,7 @@ async def test_async_saver_round_trip_and_sync_bridge(redis_url: str, redis_pref
 
 
 def test_concurrent_writers_on_one_thread(saver: RedisSaver) -> None:
-    errors: list[BaseException] = []
-
-    def work(n: int) -> None:
-        try:
-            for i in range(20):
-                saver.put(cfg("shared", ns=f"ns{n}"), make_cp(x=[n, i]), {}, {})
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = write_concurrently(saver, "shared", writers=4, puts=20)
     assert errors == []
     assert len(list(saver.list({"configurable": {"thread_id": "shared"}}))) == 80
 
@@ -743,7 +686,7 @@ def test_cluster_saver_keeps_a_thread_in_one_slot(
         assert len(used) > 1 and len(nodes) > 1  # the threads spread over the primaries
         assert len(list(s.list(None))) == 2 * len(threads)
         s.copy_thread("thread-0", "copy")
-        assert ids(s.list(cfg("copy"))) == ids(s.list(cfg("thread-0")))
+        assert checkpoint_ids(s.list(cfg("copy"))) == checkpoint_ids(s.list(cfg("thread-0")))
         s.delete_for_runs(["run-thread-1", "run-a:b"])
         assert list(s.list(cfg("thread-1"))) == [] and list(s.list(cfg("a:b"))) == []
         s.prune(["thread-2", "thread-3"])
