@@ -138,6 +138,14 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Operation[None]:
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
+        if filter is not None and not isinstance(filter, dict):
+            raise InvalidInputError(
+                f"filter must be a dict of metadata keys to values, got {filter!r}"
+            )
         configurable = (config or {}).get("configurable") or {}
         thread = configurable.get("thread_id")
         ns = configurable.get("checkpoint_ns")

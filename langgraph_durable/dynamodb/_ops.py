@@ -1590,15 +1590,8 @@ class DynamoDBOps:
         tenant's checkpoints come from a Scan of the table (an admin
         operation: it reads the whole table).
         """
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-            if limit == 0:
-                return None
-        if filter is not None and not isinstance(filter, dict):
-            raise InvalidInputError(
-                f"filter must be a dict of metadata keys to values, got {filter!r}"
-            )
+        if limit == 0:  # the saver base has checked limit and filter
+            return None
         wanted = normalize_filter(filter)
         now = self.now()
 

@@ -560,11 +560,8 @@ class PostgresOps:
         ``thread`` None lists across threads of the tenant; ``ns`` None across
         namespaces of the thread.
         """
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-            if limit == 0:
-                return None
+        if limit == 0:  # the saver base has checked limit and filter
+            return None
         s = self._s
         wheres = ["tenant_id = %(tenant)s"]
         params: dict[str, Any] = {"tenant": tenant}

@@ -1111,15 +1111,8 @@ class RedisOps:
         ``ns`` None across namespaces of the thread. Filters are matched in
         Python on each checkpoint's stored metadata index.
         """
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-                raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
-            if limit == 0:
-                return None
-        if filter is not None and not isinstance(filter, dict):
-            raise InvalidInputError(
-                f"filter must be a dict of metadata keys to values, got {filter!r}"
-            )
+        if limit == 0:  # the saver base has checked limit and filter
+            return None
         wanted = normalize_filter(filter)
         tenant = _ident(tenant, "tenant id")
         cid = _ident(checkpoint_id, "checkpoint id") if checkpoint_id else None

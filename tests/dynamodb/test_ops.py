@@ -184,9 +184,18 @@ def test_put_writes_never_makes_one_call_per_write() -> None:
 
 
 def test_list_rejects_a_bad_limit_before_any_call() -> None:
-    op = _ops().list("t", "thread", "", None, None, None, -1, False)
-    with pytest.raises(InvalidInputError, match="limit"):
-        op.steps.send(None)
+    # The saver checks limit before building the operation; a client on a closed port
+    # proves no call is attempted (one would fail with a connection error instead).
+    from langgraph_durable.dynamodb import DynamoDBSaver
+
+    saver = DynamoDBSaver(
+        table="lgd_t", region="us-east-1", endpoint_url="http://127.0.0.1:1", max_attempts=1
+    )
+    try:
+        with pytest.raises(InvalidInputError, match="limit"):
+            list(saver.list({"configurable": {"thread_id": "thread"}}, limit=-1))
+    finally:
+        saver.close()
     op = _ops().list("t", "thread", "", None, None, None, 0, False)
     with pytest.raises(StopIteration):
         op.steps.send(None)
