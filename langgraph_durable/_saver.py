@@ -72,9 +72,13 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
     def _make_ops(self, codec: CheckpointCodec) -> Any:
         raise NotImplementedError
 
+    def _delta_chain(self) -> int:
+        """Most deltas between full copies of a list channel; 0: no delta encoding."""
+        return 0
+
     def _build_ops(self) -> None:
         self.pipeline = IdentityPipeline(self.serde)
-        self._ops = self._make_ops(CheckpointCodec(self.pipeline))
+        self._ops = self._make_ops(CheckpointCodec(self.pipeline, self._delta_chain()))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:
         clone = super().with_allowlist(extra_allowlist)

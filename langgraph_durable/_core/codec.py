@@ -25,7 +25,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from ..errors import CorruptRecordError, InvalidInputError
+from .delta import DeltaTracker, ListMemo, Written
 from .records import (
+    BlobDelta,
     BlobRecord,
     CheckpointRecord,
     RecordIdentity,
@@ -54,6 +56,10 @@ class RecordPipeline(Protocol):
 
     def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
         """The part of the metadata that is stored in clear for filtering."""
+        ...
+
+    def digest(self, value: Any) -> bytes:
+        """A digest of a value's serialized form (equal digests: equal stored values)."""
         ...
 
 
@@ -93,6 +99,7 @@ class StoredCheckpoint:
         "body",
         "metadata",
         "blobs",
+        "bases",
         "writes",
         "parent_sends",
     )
@@ -106,7 +113,8 @@ class StoredCheckpoint:
         parent_checkpoint_id: str | None,
         body: Sealed,
         metadata: Sealed,
-        blobs: Iterable[tuple[str, str, Sealed | None]] = (),
+        blobs: Iterable[tuple[str, str, Sealed | BlobDelta | None]] = (),
+        bases: Mapping[tuple[str, str], Sealed | BlobDelta | None] | None = None,
         writes: Iterable[tuple[str, str, int, str, Sealed]] = (),
         parent_sends: Iterable[tuple[str, str, int, Sealed]] = (),
     ) -> None:
@@ -116,8 +124,10 @@ class StoredCheckpoint:
         self.parent_checkpoint_id = parent_checkpoint_id
         self.body = body
         self.metadata = metadata
-        # (channel, version, sealed or None when empty)
+        # (channel, version, sealed or delta, or None when empty)
         self.blobs = blobs
+        # (channel, version) -> stored blob, for the versions deltas are built on
+        self.bases = bases or {}
         # (task_id, task_path, idx, channel, sealed)
         self.writes = writes
         # pending sends of the parent, for checkpoints older than format 4:
@@ -163,10 +173,15 @@ class CheckpointCodec:
 
     Args:
         pipeline: The record pipeline every payload passes through.
+        delta_chain: Store list channels that grow by appending as deltas, with
+            at most this many deltas between two full copies (see
+            ``langgraph_durable._core.delta``); 0 stores every value in full.
+            Only for backends that read a delta's chain back with it.
     """
 
-    def __init__(self, pipeline: RecordPipeline) -> None:
+    def __init__(self, pipeline: RecordPipeline, delta_chain: int = 0) -> None:
         self.pipeline = pipeline
+        self.deltas = DeltaTracker(delta_chain, pipeline.digest) if delta_chain > 0 else None
 
     # ---- writing -------------------------------------------------------------
 
@@ -177,13 +192,16 @@ class CheckpointCodec:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        allow_delta: bool = True,
     ) -> CheckpointRecord:
         """The record one ``put`` stores.
 
         Primitive channel values (None, str, int, float, bool) stay inline in the
         checkpoint body; every other value becomes a blob keyed by its channel
         version, written only when its channel is in ``new_versions`` (older
-        versions were written by an earlier put of the same thread).
+        versions were written by an earlier put of the same thread). With delta
+        encoding on and ``allow_delta``, a list that extends the last list this
+        codec wrote for the channel becomes a delta blob.
         """
         checkpoint_id = checkpoint.get("id")
         if not checkpoint_id or not isinstance(checkpoint_id, str):
@@ -203,20 +221,26 @@ class CheckpointCodec:
         body["channel_values"] = inline
         versions = checkpoint.get("channel_versions") or {}
         blob_refs = [(ch, str(versions[ch])) for ch in blob_values if ch in versions]
-        blobs = [
-            BlobRecord(
-                channel=ch,
-                version=str(ver),
-                sealed=self.pipeline.seal(
-                    RecordIdentity(
-                        key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)
-                    ),
-                    blob_values[ch],
-                ),
+        blobs: list[BlobRecord] = []
+        tracked: list[tuple[str, Any]] = []
+        scope = (key.tenant, key.thread, key.ns)
+        for ch, ver in new_versions.items():
+            if ch not in blob_values:
+                continue
+            value = blob_values[ch]
+            identity = RecordIdentity(
+                key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)
             )
-            for ch, ver in new_versions.items()
-            if ch in blob_values
-        ]
+            if self.deltas is not None and type(value) is list:
+                plan = self.deltas.plan(scope, ch, str(ver), value)
+                tracked.append((ch, plan.written))
+                if plan.base is not None and allow_delta:
+                    tail = self.pipeline.seal(identity, value[plan.prefix :])
+                    blobs.append(BlobRecord(ch, str(ver), tail, plan.base, plan.prefix))
+                    continue
+                if plan.base is not None:  # a full copy starts a new chain
+                    tracked[-1] = (ch, Written(str(ver), 0, plan.written.digests))
+            blobs.append(BlobRecord(ch, str(ver), self.pipeline.seal(identity, value)))
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
         run_id = full_metadata.get("run_id")
         return CheckpointRecord(
@@ -232,7 +256,32 @@ class CheckpointCodec:
             body=self.pipeline.seal(self._body_identity(key, checkpoint_id), body),
             metadata=self.pipeline.seal(self._metadata_identity(key, checkpoint_id), full_metadata),
             blobs=blobs,
+            tracked=tracked,
         )
+
+    def written(self, rec: CheckpointRecord, created: Iterable[str] | None = None) -> None:
+        """Tell the delta tracker that ``rec`` is stored.
+
+        Args:
+            rec: The record as ``encode_checkpoint`` made it.
+            created: Channels whose blob this write created (a blob that already
+                existed may hold another value: it is not a base for deltas);
+                None when all were created.
+        """
+        if self.deltas is None:
+            return
+        scope = (rec.tenant, rec.thread, rec.ns)
+        fresh = None if created is None else set(created)
+        for channel, written in rec.tracked:
+            if fresh is None or channel in fresh:
+                self.deltas.remember(scope, channel, written)
+            else:
+                self.deltas.forget_channel(scope, channel)
+
+    def forget_thread(self, tenant: str, thread: str) -> None:
+        """Forget delta bases of a thread (it was deleted, pruned or a write failed)."""
+        if self.deltas is not None:
+            self.deltas.forget(lambda scope: scope[:2] == (tenant, thread))  # type: ignore[index]
 
     def encode_writes(
         self,
@@ -277,8 +326,18 @@ class CheckpointCodec:
 
     # ---- reading -------------------------------------------------------------
 
-    def decode(self, key: ThreadKey, stored: StoredCheckpoint) -> CheckpointTuple:
-        """Rebuild the CheckpointTuple of one stored checkpoint."""
+    def decode(
+        self, key: ThreadKey, stored: StoredCheckpoint, memo: ListMemo | None = None
+    ) -> CheckpointTuple:
+        """Rebuild the CheckpointTuple of one stored checkpoint.
+
+        Args:
+            key: The thread key of the call.
+            stored: The checkpoint as the backend read it.
+            memo: Decoded list values shared by the checkpoints of one listing,
+                so a delta is rebuilt from list items decoded once. The
+                checkpoints of one listing then share those item objects.
+        """
         tenant, ns, thread = key.tenant, stored.ns, stored.thread
         pkey = ThreadKey(tenant, thread, ns, key.echo_tenant)
         body = self.pipeline.open(self._body_identity(pkey, stored.checkpoint_id), stored.body)
@@ -288,6 +347,10 @@ class CheckpointCodec:
             )
         values = dict(body["channel_values"])
         for channel, version, sealed in stored.blobs:
+            if isinstance(sealed, BlobDelta):
+                items = self._list_items(pkey, stored, channel, version, sealed, memo)
+                values[channel] = list(items)
+                continue
             if sealed is None or sealed.type == "empty":
                 values.pop(channel, None)
                 continue
@@ -330,6 +393,81 @@ class CheckpointCodec:
                 else None
             ),
             pending_writes=pending,
+        )
+
+    def _list_items(
+        self,
+        key: ThreadKey,
+        stored: StoredCheckpoint,
+        channel: str,
+        version: str,
+        delta: BlobDelta,
+        memo: ListMemo | None,
+    ) -> tuple[Any, ...]:
+        """The items of a delta-encoded list value, rebuilt along its chain."""
+        memo = memo if memo is not None else ListMemo()
+        thread, ns = key.thread, stored.ns
+        # Walk down to a full copy or a version the memo holds, then back up.
+        todo: list[tuple[str, BlobDelta]] = []
+        ver: str = version
+        payload: Sealed | BlobDelta | None = delta
+        items: tuple[Any, ...] | None = None
+        while True:
+            items = memo.get((thread, ns, channel, ver))
+            if items is not None:
+                break
+            if not isinstance(payload, BlobDelta):
+                value = self._open_blob(key, stored, channel, ver, payload)
+                if not isinstance(value, list):
+                    raise CorruptRecordError(
+                        f"channel {channel!r} version {ver} of thread {thread!r} is the base "
+                        f"of a delta but holds a {type(value).__name__}, not a list"
+                    )
+                items = memo.put((thread, ns, channel, ver), value)
+                break
+            todo.append((ver, payload))
+            if len(todo) > len(stored.bases) + 1:
+                raise CorruptRecordError(
+                    f"channel {channel!r} version {ver} of thread {thread!r} has a looping "
+                    "delta chain"
+                )
+            ver = payload.base
+            if (channel, ver) not in stored.bases:
+                raise CorruptRecordError(
+                    f"channel {channel!r} of thread {thread!r}: version {ver}, the base of "
+                    f"a delta, is missing"
+                )
+            payload = stored.bases[(channel, ver)]
+        for ver, step in reversed(todo):
+            if len(items) != step.prefix:
+                raise CorruptRecordError(
+                    f"channel {channel!r} version {ver} of thread {thread!r} extends "
+                    f"{step.prefix} items but its base has {len(items)}"
+                )
+            tail = self._open_blob(key, stored, channel, ver, step.tail)
+            if not isinstance(tail, list):
+                raise CorruptRecordError(
+                    f"channel {channel!r} version {ver} of thread {thread!r}: a delta's "
+                    "items are not a list"
+                )
+            items = memo.put((thread, ns, channel, ver), items + tuple(tail))
+        return items
+
+    def _open_blob(
+        self,
+        key: ThreadKey,
+        stored: StoredCheckpoint,
+        channel: str,
+        version: str,
+        sealed: Sealed | BlobDelta | None,
+    ) -> Any:
+        if sealed is None or isinstance(sealed, BlobDelta) or sealed.type == "empty":
+            return None
+        return self.pipeline.open(
+            RecordIdentity(
+                key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version
+            ),
+            sealed,
         )
 
     def _migrate_pending_sends(

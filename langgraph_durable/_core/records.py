@@ -10,6 +10,7 @@ __all__ = [
     "RecordIdentity",
     "Sealed",
     "BlobRecord",
+    "BlobDelta",
     "WriteRecord",
     "CheckpointRecord",
 ]
@@ -58,11 +59,28 @@ class Sealed:
 
 @dataclass(frozen=True, slots=True)
 class BlobRecord:
-    """One channel value at one version (``sealed`` is None for an empty channel)."""
+    """One channel value at one version (``sealed`` is None for an empty channel).
+
+    When ``base`` is set the record is a delta of a list value: the value is
+    the list stored at version ``base`` of the same channel (which has
+    ``prefix`` items) followed by the items sealed in ``sealed``. The base may
+    itself be a delta; a backend reads the whole chain down to a full copy.
+    """
 
     channel: str
     version: str
     sealed: Sealed | None
+    base: str | None = None
+    prefix: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BlobDelta:
+    """A stored delta blob as a backend reads it back (see :class:`BlobRecord`)."""
+
+    base: str
+    prefix: int
+    tail: Sealed
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +107,8 @@ class CheckpointRecord:
         body: The sealed checkpoint without its blob channel values.
         metadata: The sealed full metadata.
         blobs: Blobs to write (only channels in ``new_versions``).
+        tracked: (channel, what was written) of list blobs, for the codec's
+            delta tracker once the write succeeded (``CheckpointCodec.written``).
     """
 
     tenant: str
@@ -103,3 +123,4 @@ class CheckpointRecord:
     body: Sealed
     metadata: Sealed
     blobs: list[BlobRecord] = field(default_factory=list)
+    tracked: list[tuple[str, Any]] = field(default_factory=list)

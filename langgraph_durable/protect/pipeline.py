@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -42,6 +43,10 @@ class IdentityPipeline:
 
     def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
         return json_safe_metadata(metadata)
+
+    def digest(self, value: Any) -> bytes:
+        type_, data = self.serde.dumps_typed(value)
+        return hashlib.blake2b(type_.encode() + b"\0" + data, digest_size=16).digest()
 
 
 _check: type[RecordPipeline] = IdentityPipeline  # structural check for type checkers

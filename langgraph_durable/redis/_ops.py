@@ -15,7 +15,10 @@ share a tag and every key of a thread lives in one cluster slot)::
                      registered in its tenant's index
     P:{T}:c   hash   "<ns>\\0<id>" -> record payload (msgpack: metadata index
                      JSON, body type, body, metadata type, metadata)
-    P:{T}:b   hash   "<ns>\\0<channel>\\0<version>" -> blob (msgpack: type, bytes)
+    P:{T}:b   hash   "<ns>\\0<channel>\\0<version>" -> blob (msgpack: type, bytes),
+                     or a delta of a list value: "D", >I meta length, meta
+                     (msgpack: the version it extends, that version's item
+                     count), then the added items (msgpack: type, bytes)
     P:{T}:w   hash   "<ns>\\0<id>" -> task ids that wrote (msgpack list);
                      "<ns>\\0<id>\\0<task>" -> that task's writes (frames)
     P:{T}:i   zset   "<ns>\\0<id>", score 0: by namespace, then id
@@ -49,8 +52,9 @@ import ormsgpack
 from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
+from .._core.delta import ListMemo
 from .._core.filters import metadata_matches, normalize_filter
-from .._core.records import CheckpointRecord, Sealed, WriteRecord
+from .._core.records import BlobDelta, BlobRecord, CheckpointRecord, Sealed, WriteRecord
 from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
@@ -107,6 +111,10 @@ EVICTING_POLICIES = frozenset(
 )
 
 _FRAME_HEAD = struct.Struct(">iI")
+#: First byte of a delta blob (a full one starts with a msgpack array header).
+DELTA_MARK = b"D"
+#: Stands for a blob sent earlier in the same reply.
+_SENT = b"\x01"
 _LEN = struct.Struct(">I")
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -232,14 +240,42 @@ local function task_writes(f)
   return out
 end
 
-local function collect(ns, id)
+-- The version a delta blob extends (nil for a full value).
+local function base_of(v)
+  if string.byte(v, 1) ~= 68 then return nil end
+  local n = struct.unpack('>I', v, 2)
+  return cmsgpack.unpack(string.sub(v, 6, 5 + n))[1]
+end
+
+-- Appends channel, version and blob to out; a blob already in this reply is
+-- sent once, later as '\1'.
+local function add_blob(out, ns, ch, ver, sent)
+  local bf = ns .. SEP .. ch .. SEP .. ver
+  out[#out + 1] = ch
+  out[#out + 1] = ver
+  if sent[bf] then
+    out[#out + 1] = '\1'
+    return nil
+  end
+  sent[bf] = true
+  local v = redis.call('HGET', B, bf) or ''
+  out[#out + 1] = v
+  return v
+end
+
+local function collect(ns, id, sent)
   local f = ns .. SEP .. id
   local hdr = redis.call('HGET', H, f)
   if not hdr then return nil end
   local h = cmsgpack.unpack(hdr)
   local refs, blobs = h[4], {}
   for j = 1, #refs, 2 do
-    blobs[#blobs + 1] = redis.call('HGET', B, ns .. SEP .. refs[j] .. SEP .. refs[j + 1]) or ''
+    local v = add_blob(blobs, ns, refs[j], refs[j + 1], sent)
+    local b = v and base_of(v)
+    while b do
+      v = add_blob(blobs, ns, refs[j], b, sent)
+      b = v and base_of(v)
+    end
   end
   local sends = {}
   if h[1] < 4 and h[2] then sends = task_writes(ns .. SEP .. h[2]) end
@@ -256,10 +292,19 @@ local function drop(f)
   redis.call('HDEL', W, f)
 end
 
+-- Marks the blobs a checkpoint reads, with the versions its deltas are built on.
 local function mark_refs(f, h, refs)
   local ns = split(f)
   local r = h[4]
-  for j = 1, #r, 2 do refs[ns .. SEP .. r[j] .. SEP .. r[j + 1]] = true end
+  for j = 1, #r, 2 do
+    local bf = ns .. SEP .. r[j] .. SEP .. r[j + 1]
+    while bf and not refs[bf] do
+      refs[bf] = true
+      local v = redis.call('HGET', B, bf)
+      local b = v and base_of(v)
+      bf = b and (ns .. SEP .. r[j] .. SEP .. b)
+    end
+  end
 end
 
 local function gc_blobs(refs)
@@ -303,22 +348,34 @@ def _lua(name: str, flags: str | None, body: str) -> LuaScript:
     return LuaScript(name, f"{shebang}\n{_PRELUDE}\n{body.strip()}\n")
 
 
-# ARGV: ttl, ns, id, header, payload, mark, then blob field/value pairs.
+# ARGV: ttl, ns, id, header, payload, mark, number of base fields, the blob
+# fields deltas are built on, then blob field/value pairs. Returns {-1} and
+# writes nothing when a base is missing; else registration() plus a string of
+# '1'/'0' per blob: created by this write or already there.
 PUT = _lua(
     "put",
     None,
     r"""
 local err = check_types()
 if err then return err end
+local nb = tonumber(ARGV[7])
+for j = 8, 7 + nb do
+  if redis.call('HEXISTS', B, ARGV[j]) == 0 then return {-1} end
+end
 local f = ARGV[2] .. SEP .. ARGV[3]
 local existed = redis.call('EXISTS', I) == 1
-for j = 7, #ARGV, 2 do redis.call('HSETNX', B, ARGV[j], ARGV[j + 1]) end
+local created = {}
+for j = 8 + nb, #ARGV, 2 do
+  created[#created + 1] = tostring(redis.call('HSETNX', B, ARGV[j], ARGV[j + 1]))
+end
 redis.call('HSET', C, f, ARGV[5])
 redis.call('HSET', H, f, ARGV[4])
 redis.call('ZADD', I, 0, f)
 redis.call('ZADD', N, 0, ARGV[3] .. SEP .. ARGV[2])
 expire_all(ARGV[1])
-return registration(ARGV[6], existed)
+local out = registration(ARGV[6], existed)
+out[3] = table.concat(created)
+return out
 """,
 )
 
@@ -382,7 +439,7 @@ if id == '' then
   if #m == 0 then return {} end
   id = string.sub(m[1], #ns + 2)
 end
-local e = collect(ns, id)
+local e = collect(ns, id, {})
 if not e then return {} end
 expire_all(ARGV[3])
 return e
@@ -403,11 +460,11 @@ if #m > count then
   more = 1
   m[#m] = nil
 end
-local out = {}
+local out, sent = {}, {}
 for j = 1, #m do
   local a, b = split(m[j])
   local e
-  if by_ns then e = collect(a, b) else e = collect(b, a) end
+  if by_ns then e = collect(a, b, sent) else e = collect(b, a, sent) end
   if e then out[#out + 1] = e end
 end
 if #out > 0 then expire_all(ARGV[5]) end
@@ -436,10 +493,10 @@ FETCH = _lua(
     "fetch",
     "allow-oom",
     r"""
-local out = {}
+local out, sent = {}, {}
 for j = 2, #ARGV do
   local ns, id = split(ARGV[j])
-  local e = collect(ns, id)
+  local e = collect(ns, id, sent)
   if e then out[#out + 1] = e end
 end
 if #out > 0 then expire_all(ARGV[1]) end
@@ -764,11 +821,30 @@ def encode_payload(rec: CheckpointRecord) -> bytes:
     return _pack([index, rec.body.type, rec.body.data, rec.metadata.type, rec.metadata.data])
 
 
-def encode_blob(sealed: Sealed | None) -> bytes:
-    """A channel value (``None``: the channel is empty)."""
+def encode_blob(blob: BlobRecord) -> bytes:
+    """A channel value (empty, full or a delta; see the module docstring)."""
+    sealed = blob.sealed
     if sealed is None:
         return _pack(["empty", None])
-    return _pack([sealed.type, sealed.data])
+    value = _pack([sealed.type, sealed.data])
+    if blob.base is None:
+        return value
+    meta = _pack([_ident(blob.base, "channel version"), blob.prefix])
+    return DELTA_MARK + _LEN.pack(len(meta)) + meta + value
+
+
+def decode_blob(raw: bytes) -> Sealed | BlobDelta | None:
+    """What ``encode_blob`` stored (None: the channel is empty)."""
+    try:
+        if raw[:1] == DELTA_MARK:
+            (n,) = _LEN.unpack_from(raw, 1)
+            base, prefix = ormsgpack.unpackb(raw[5 : 5 + n])
+            b_type, b_data = ormsgpack.unpackb(raw[5 + n :])
+            return BlobDelta(str(base), int(prefix), Sealed(b_type, b_data))
+        b_type, b_data = ormsgpack.unpackb(raw)
+    except (ValueError, TypeError, struct.error) as exc:
+        raise CorruptRecordError(f"a stored channel value cannot be read: {exc}") from exc
+    return None if b_type == "empty" or b_data is None else Sealed(b_type, b_data)
 
 
 def encode_frame(record: WriteRecord) -> bytes:
@@ -805,20 +881,33 @@ def _text(value: Any) -> str:
 
 
 class _Entry:
-    """One checkpoint as a read script returns it."""
+    """One checkpoint as a read script returns it.
+
+    ``seen`` maps (ns, channel, version) to the blobs of earlier entries of the
+    same reply: a script sends a blob once per reply.
+    """
 
     __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "writes", "sends")
 
-    def __init__(self, raw: Sequence[Any]) -> None:
+    def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], bytes]) -> None:
         try:
             ns, cid, hdr, payload, blobs, writes, sends = raw
             self.ns = _text(ns)
             self.checkpoint_id = _text(cid)
             self.header = ormsgpack.unpackb(hdr)
             self.payload = ormsgpack.unpackb(payload)
-        except (ValueError, TypeError) as exc:
+            self.blobs: list[tuple[str, str, bytes]] = []
+            flat = list(blobs or [])
+            for j in range(0, len(flat) - 2, 3):
+                where = (self.ns, _text(flat[j]), _text(flat[j + 1]))
+                value = bytes(flat[j + 2])
+                if value == _SENT:
+                    value = seen[where]
+                else:
+                    seen[where] = value
+                self.blobs.append((where[1], where[2], value))
+        except (ValueError, TypeError, KeyError) as exc:
             raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
-        self.blobs: list[Any] = list(blobs or [])
         self.writes: list[Any] = list(writes or [])
         self.sends: list[Any] = list(sends or [])
 
@@ -839,16 +928,16 @@ class _Entry:
             raise CorruptRecordError(
                 f"checkpoint {self.checkpoint_id} of thread {thread!r} has a malformed record"
             ) from exc
-        blobs: list[tuple[str, str, Sealed | None]] = []
-        for j, raw in enumerate(self.blobs):
+        current = {(refs[j], refs[j + 1]) for j in range(0, len(refs) - 1, 2)}
+        blobs: list[tuple[str, str, Sealed | BlobDelta | None]] = []
+        bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
+        for channel, version, raw in self.blobs:
             if not raw:  # missing blob: the channel is absent, as in a SQL join
                 continue
-            try:
-                b_type, b_data = ormsgpack.unpackb(raw)
-            except (ValueError, TypeError) as exc:
-                raise CorruptRecordError(f"a stored channel value cannot be read: {exc}") from exc
-            sealed = None if b_type == "empty" or b_data is None else Sealed(b_type, b_data)
-            blobs.append((refs[2 * j], refs[2 * j + 1], sealed))
+            if (channel, version) in current:
+                blobs.append((channel, version, decode_blob(raw)))
+            else:
+                bases[(channel, version)] = decode_blob(raw)
         writes = [w for blob in self.writes for w in decode_frames(blob)]
         sends = [
             (task_id, path, idx, sealed)
@@ -864,6 +953,7 @@ class _Entry:
             body=Sealed(c_type, c_data),
             metadata=Sealed(m_type, m_data),
             blobs=blobs,
+            bases=bases,
             writes=writes,
             parent_sends=sends,
         )
@@ -994,32 +1084,46 @@ class RedisOps:
         """Store a checkpoint with its new blobs: one script, one round trip.
 
         The first write of a thread adds it to its tenant's index (one more).
+        A list channel stored as a delta whose base is gone (the thread was
+        deleted or expired meanwhile) is written again in full (one more).
         """
         tenant, thread, ns = self._thread_parts(key)
+        keys = self.keys.thread(tenant, thread)
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         checkpoint_id = _ident(rec.checkpoint_id, "checkpoint id")
         if rec.parent_checkpoint_id is not None:
             _ident(rec.parent_checkpoint_id, "parent checkpoint id")
-        args: list[Any] = [
-            self._write_ttl,
-            ns,
-            checkpoint_id,
-            encode_header(rec),
-            encode_payload(rec),
-            self._mark_flag(tenant, thread),
-        ]
-        for blob in rec.blobs:
-            args.append(
-                ns
-                + SEP
-                + _ident(blob.channel, "channel name")
-                + SEP
-                + _ident(blob.version, "channel version")
+        head = [self._write_ttl, ns, checkpoint_id]
+        result = yield Script(PUT, keys, (*head, *self._put_args(tenant, thread, ns, rec)))
+        if result and int(result[0]) < 0:
+            self.codec.forget_thread(tenant, thread)
+            rec = self.codec.encode_checkpoint(
+                key, config, checkpoint, metadata, new_versions, allow_delta=False
             )
-            args.append(encode_blob(blob.sealed))
-        result = yield Script(PUT, self.keys.thread(tenant, thread), tuple(args))
+            result = yield Script(PUT, keys, (*head, *self._put_args(tenant, thread, ns, rec)))
+        flags = _text(result[2]) if len(result) > 2 else ""
+        self.codec.written(
+            rec, [b.channel for b, flag in zip(rec.blobs, flags, strict=False) if flag == "1"]
+        )
         yield from self._register(tenant, thread, result)
         return self.codec.config(key, checkpoint_id)
+
+    def _put_args(self, tenant: str, thread: str, ns: str, rec: CheckpointRecord) -> list[Any]:
+        """PUT's arguments after ttl, ns and id (see the script)."""
+        args: list[Any] = [encode_header(rec), encode_payload(rec), self._mark_flag(tenant, thread)]
+        fields: list[str] = []
+        bases: list[str] = []
+        for blob in rec.blobs:
+            channel = _ident(blob.channel, "channel name")
+            fields.append(ns + SEP + channel + SEP + _ident(blob.version, "channel version"))
+            if blob.base is not None:
+                bases.append(ns + SEP + channel + SEP + _ident(blob.base, "channel version"))
+        args.append(len(bases))
+        args.extend(bases)
+        for blob, f in zip(rec.blobs, fields, strict=True):
+            args.append(f)
+            args.append(encode_blob(blob))
+        return args
 
     @operation
     def put_writes(
@@ -1091,7 +1195,7 @@ class RedisOps:
         raw = yield Script(GET, self.keys.thread(tenant, thread), (ns, cid, self._read_ttl))
         if not raw:
             return None
-        return self.codec.decode(key, _Entry(raw).stored(thread))
+        return self.codec.decode(key, _Entry(raw, {}).stored(thread))
 
     @operation
     def list(
@@ -1128,17 +1232,19 @@ class RedisOps:
         zset, hi, lo = _ranges(ns, cid, before)
         keys = self.keys.thread(tenant, thread)
         remaining = limit
+        memo = ListMemo()
         while True:
             count = self.page_size
             if remaining is not None and wanted is None:
                 count = min(remaining, count)
             more, last, entries = yield Script(PAGE, keys, (zset, hi, lo, count, self._read_ttl))
+            seen: dict[tuple[str, str, str], bytes] = {}
             for raw in entries:
-                entry = _Entry(raw)
+                entry = _Entry(raw, seen)
                 if wanted is not None and not metadata_matches(entry.metadata_index(), wanted):
                     continue
                 row_key = ThreadKey(tenant, thread, entry.ns, echo_tenant)
-                yield Emit(self.codec.decode(row_key, entry.stored(thread)))
+                yield Emit(self.codec.decode(row_key, entry.stored(thread), memo))
                 if remaining is not None:
                     remaining -= 1
                     if remaining <= 0:
@@ -1182,6 +1288,7 @@ class RedisOps:
                     heapq.heappush(heap, item)
         yield from self._forget(tenant, gone)
         remaining = limit
+        memo = ListMemo()
         while heap:
             want = self.page_size
             if remaining is not None and wanted is None:
@@ -1217,8 +1324,9 @@ class RedisOps:
             _first_error(results)
             found: dict[tuple[str, str, str], _Entry] = {}
             for thread, entries in zip(order, results, strict=True):
+                seen: dict[tuple[str, str, str], bytes] = {}
                 for raw in entries:
-                    entry = _Entry(raw)
+                    entry = _Entry(raw, seen)
                     found[(entry.checkpoint_id, thread, entry.ns)] = entry
             for pick in picked:
                 hit = found.get(pick)
@@ -1228,7 +1336,7 @@ class RedisOps:
                     continue
                 thread = pick[1]
                 row_key = ThreadKey(tenant, thread, hit.ns, echo_tenant)
-                yield Emit(self.codec.decode(row_key, hit.stored(thread)))
+                yield Emit(self.codec.decode(row_key, hit.stored(thread), memo))
                 if remaining is not None:
                     remaining -= 1
                     if remaining <= 0:
@@ -1280,6 +1388,7 @@ class RedisOps:
             requests: list[Command | Script] = []
             for thread in chunk:
                 self._pending_marks.pop((tenant, thread), None)
+                self.codec.forget_thread(tenant, thread)
                 requests.append(Command(("UNLINK", *self.keys.thread(tenant, thread))))
                 requests.append(Command(("ZREM", index, thread)))
             _first_error((yield Batch(tuple(requests))))

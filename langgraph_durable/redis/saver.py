@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
+from .._core.delta import DEFAULT_MAX_CHAIN
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
@@ -38,6 +39,10 @@ class RedisOptions:
             the TTL of the threads they read.
         default_tenant: Tenant used when a call names none.
         page_size: Checkpoints fetched per ``list`` round trip (1-1000).
+        delta_chain: A list channel that grows by appending (``messages``) is
+            stored as the items added since the previous version, with a full
+            copy after at most this many deltas (0-1000; 0 stores every
+            version in full). See ``docs/redis.md``.
     """
 
     prefix: str = "lgd"
@@ -45,6 +50,7 @@ class RedisOptions:
     refresh_ttl_on_read: bool = False
     default_tenant: str = "default"
     page_size: int = LIST_PAGE_SIZE
+    delta_chain: int = DEFAULT_MAX_CHAIN
 
     def __post_init__(self) -> None:
         validate_prefix(self.prefix)
@@ -75,6 +81,15 @@ class RedisOptions:
             raise ConfigurationError(
                 f"page_size must be an integer from 1 to 1000, got {self.page_size!r}"
             )
+        if (
+            isinstance(self.delta_chain, bool)
+            or not isinstance(self.delta_chain, int)
+            or not 0 <= self.delta_chain <= 1000
+        ):
+            raise ConfigurationError(
+                f"delta_chain must be an integer from 0 (no deltas) to 1000, "
+                f"got {self.delta_chain!r}"
+            )
 
     @property
     def ttl_ms(self) -> int | None:
@@ -100,6 +115,7 @@ class _RedisSaverBase(DurableSaverBase):
         tenant: str | TenantResolver | None = None,
         default_tenant: str = "default",
         page_size: int = LIST_PAGE_SIZE,
+        delta_chain: int = DEFAULT_MAX_CHAIN,
         options: RedisOptions | None = None,
     ) -> None:
         if options is None:
@@ -109,12 +125,16 @@ class _RedisSaverBase(DurableSaverBase):
                 refresh_ttl_on_read=refresh_ttl_on_read,
                 default_tenant=default_tenant,
                 page_size=page_size,
+                delta_chain=delta_chain,
             )
         elif not isinstance(options, RedisOptions):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
         self._init_base(serde, tenant, options.default_tenant)
         self._conn = self._driver_type(conn)
+
+    def _delta_chain(self) -> int:
+        return self.options.delta_chain
 
     def _make_ops(self, codec: CheckpointCodec) -> RedisOps:
         o = self.options
@@ -157,9 +177,11 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
             tenant id, or a callable ``(config) -> tenant id``.
         default_tenant: Tenant used when a call names none.
         page_size: Checkpoints fetched per ``list`` round trip.
+        delta_chain: Most deltas between two full copies of a list channel
+            that grows by appending; 0 stores every version in full.
         options: A :class:`RedisOptions`; when given it replaces the option
             arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
-            page_size).
+            page_size, delta_chain).
 
     Example:
         >>> with RedisSaver.from_conn_string("redis://localhost:6379/0") as saver:

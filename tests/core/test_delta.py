@@ -1,0 +1,187 @@
+"""Delta encoding of growing list channels in the codec, without a database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_durable._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
+from langgraph_durable._core.delta import DeltaTracker, ListMemo
+from langgraph_durable._core.records import BlobDelta, CheckpointRecord, Sealed
+from langgraph_durable._core.versions import next_version
+from langgraph_durable.errors import CorruptRecordError
+from langgraph_durable.protect.pipeline import IdentityPipeline
+
+KEY = ThreadKey("acme", "t1", "", False)
+
+
+def tracker(max_chain: int = 3) -> DeltaTracker:
+    return DeltaTracker(max_chain, lambda item: repr(item).encode())
+
+
+class Store:
+    """Blobs of one thread as a backend would keep them, and checkpoints to read back."""
+
+    def __init__(self, max_chain: int = 3) -> None:
+        self.codec = CheckpointCodec(IdentityPipeline(JsonPlusSerializer()), max_chain)
+        self.blobs: dict[tuple[str, str], Sealed | BlobDelta] = {}
+        self.records: list[CheckpointRecord] = []
+        self.version: str | None = None
+
+    def put(self, items: list[Any]) -> CheckpointRecord:
+        self.version = next_version(self.version)
+        cp = dict(empty_checkpoint())
+        cp["id"] = f"cp{len(self.records):04d}"
+        cp["channel_values"] = {"messages": items}
+        cp["channel_versions"] = {"messages": self.version}
+        rec = self.codec.encode_checkpoint(
+            KEY, {"configurable": {}}, cp, {}, {"messages": self.version}
+        )
+        for b in rec.blobs:
+            assert b.sealed is not None
+            stored = b.sealed if b.base is None else BlobDelta(b.base, b.prefix, b.sealed)
+            self.blobs[(b.channel, b.version)] = stored
+        self.codec.written(rec)
+        self.records.append(rec)
+        return rec
+
+    def stored(self, rec: CheckpointRecord) -> StoredCheckpoint:
+        (ch, ver), *_ = rec.blob_refs
+        bases = {k: v for k, v in self.blobs.items() if k != (ch, ver)}
+        return StoredCheckpoint(
+            thread=rec.thread,
+            ns=rec.ns,
+            checkpoint_id=rec.checkpoint_id,
+            parent_checkpoint_id=None,
+            body=rec.body,
+            metadata=rec.metadata,
+            blobs=[(ch, ver, self.blobs[(ch, ver)])],
+            bases=bases,
+        )
+
+    def read(self, rec: CheckpointRecord, memo: ListMemo | None = None) -> Any:
+        return self.codec.decode(KEY, self.stored(rec), memo).checkpoint["channel_values"][
+            "messages"
+        ]
+
+
+def test_tracker_plans_deltas_only_for_extensions() -> None:
+    t = tracker(max_chain=2)
+    first = t.plan("s", "messages", "v1", [1, 2])
+    assert first.base is None
+    t.remember("s", "messages", first.written)
+    second = t.plan("s", "messages", "v2", [1, 2, 3])
+    assert (second.base, second.prefix, second.written.depth) == ("v1", 2, 1)
+    t.remember("s", "messages", second.written)
+    # An earlier item changed: a full copy.
+    assert t.plan("s", "messages", "v3", [1, 9, 3, 4]).base is None
+    # Shorter (an item removed): a full copy.
+    assert t.plan("s", "messages", "v3", [1, 2]).base is None
+    # Another scope or channel knows nothing.
+    assert t.plan("other", "messages", "v3", [1, 2, 3, 4]).base is None
+    assert t.plan("s", "todo", "v3", [1, 2, 3, 4]).base is None
+    third = t.plan("s", "messages", "v3", [1, 2, 3, 4])
+    t.remember("s", "messages", third.written)
+    # The chain is full (2 deltas): the next version is a full copy again.
+    assert t.plan("s", "messages", "v4", [1, 2, 3, 4, 5]).base is None
+    t.forget(lambda scope: scope == "s")
+    assert t.plan("s", "messages", "v2b", [1, 2, 3, 4]).base is None
+
+
+def test_unserializable_item_is_never_a_base() -> None:
+    def digest(item: Any) -> bytes:
+        if item == "bad":
+            raise TypeError("cannot serialize")
+        return repr(item).encode()
+
+    t = DeltaTracker(4, digest)
+    plan = t.plan("s", "messages", "v1", [1, "bad"])
+    assert plan.base is None and plan.written.digests == ()
+    t.remember("s", "messages", plan.written)
+    assert t.plan("s", "messages", "v2", [1, "bad", 3]).base is None
+
+
+def test_codec_round_trip_through_chains() -> None:
+    store = Store(max_chain=3)
+    values = [[{"n": i} for i in range(k)] for k in range(1, 11)]
+    recs = [store.put(v) for v in values]
+    kinds = [
+        "delta" if isinstance(store.blobs[r.blob_refs[0]], BlobDelta) else "full" for r in recs
+    ]
+    assert kinds == ["full", "delta", "delta", "delta"] * 2 + ["full", "delta"]
+    memo = ListMemo()
+    for rec, want in reversed(list(zip(recs, values, strict=True))):
+        assert store.read(rec, memo) == want
+        assert store.read(rec) == want  # without a memo too
+
+
+def test_written_only_for_created_blobs() -> None:
+    store = Store()
+    store.put([1])
+    rec = store.put([1, 2])
+    assert rec.blobs[0].base is not None
+    # The blob of the next version already existed (another writer): not a base.
+    store.version = next_version(store.version)
+    cp = dict(empty_checkpoint())
+    cp["channel_values"] = {"messages": [1, 2, 3]}
+    cp["channel_versions"] = {"messages": store.version}
+    rec = store.codec.encode_checkpoint(
+        KEY, {"configurable": {}}, cp, {}, {"messages": store.version}
+    )
+    store.codec.written(rec, created=[])
+    assert store.put([1, 2, 3, 4]).blobs[0].base is None
+
+
+def test_allow_delta_false_writes_full_copies() -> None:
+    store = Store()
+    store.put([1])
+    cp = dict(empty_checkpoint())
+    cp["channel_values"] = {"messages": [1, 2]}
+    cp["channel_versions"] = {"messages": "v9"}
+    rec = store.codec.encode_checkpoint(
+        KEY, {"configurable": {}}, cp, {}, {"messages": "v9"}, allow_delta=False
+    )
+    assert rec.blobs[0].base is None
+
+
+def test_broken_chains_are_reported() -> None:
+    store = Store()
+    store.put([1])
+    second = store.put([1, 2])
+    stored = store.stored(second)
+    # The base is missing.
+    stored.bases = {}
+    with pytest.raises(CorruptRecordError, match="missing"):
+        store.codec.decode(KEY, stored)
+    # The base has a different number of items than the delta says.
+    delta = store.blobs[second.blob_refs[0]]
+    assert isinstance(delta, BlobDelta)
+    stored = store.stored(second)
+    stored.blobs = [(*second.blob_refs[0], BlobDelta(delta.base, 5, delta.tail))]
+    with pytest.raises(CorruptRecordError, match="extends 5 items"):
+        store.codec.decode(KEY, stored)
+    # A delta built on itself.
+    stored = store.stored(second)
+    ch, ver = second.blob_refs[0]
+    loop = BlobDelta(ver, 1, delta.tail)
+    stored.blobs = [(ch, ver, loop)]
+    stored.bases = {(ch, ver): loop}
+    with pytest.raises(CorruptRecordError, match="looping"):
+        store.codec.decode(KEY, stored)
+
+
+def test_codec_without_deltas_stores_full_copies() -> None:
+    codec = CheckpointCodec(IdentityPipeline(JsonPlusSerializer()))
+    assert codec.deltas is None
+    version = None
+    for k in range(1, 4):
+        version = next_version(version)
+        cp = dict(empty_checkpoint())
+        cp["channel_values"] = {"messages": list(range(k))}
+        cp["channel_versions"] = {"messages": version}
+        rec = codec.encode_checkpoint(KEY, {"configurable": {}}, cp, {}, {"messages": version})
+        codec.written(rec)
+        assert rec.blobs[0].base is None and rec.tracked == []
