@@ -247,12 +247,10 @@ local function base_of(v)
   return cmsgpack.unpack(string.sub(v, 6, 5 + n))[1]
 end
 
--- Appends channel, version and blob to out; a blob already in this reply is
--- sent once, later as '\1'.
+-- Appends a blob to out; a blob already in this reply is sent once, later as
+-- '\1' (and its chain is not followed again). Python walks the same order.
 local function add_blob(out, ns, ch, ver, sent)
   local bf = ns .. SEP .. ch .. SEP .. ver
-  out[#out + 1] = ch
-  out[#out + 1] = ver
   if sent[bf] then
     out[#out + 1] = '\1'
     return nil
@@ -889,27 +887,45 @@ class _Entry:
 
     __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "writes", "sends")
 
-    def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], bytes]) -> None:
+    def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], Any]) -> None:
         try:
             ns, cid, hdr, payload, blobs, writes, sends = raw
             self.ns = _text(ns)
             self.checkpoint_id = _text(cid)
             self.header = ormsgpack.unpackb(hdr)
             self.payload = ormsgpack.unpackb(payload)
-            self.blobs: list[tuple[str, str, bytes]] = []
-            flat = list(blobs or [])
-            for j in range(0, len(flat) - 2, 3):
-                where = (self.ns, _text(flat[j]), _text(flat[j + 1]))
-                value = bytes(flat[j + 2])
-                if value == _SENT:
-                    value = seen[where]
-                else:
-                    seen[where] = value
-                self.blobs.append((where[1], where[2], value))
-        except (ValueError, TypeError, KeyError) as exc:
+            self.blobs = self._walk(self.header[3], list(blobs or []), seen)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
         self.writes: list[Any] = list(writes or [])
         self.sends: list[Any] = list(sends or [])
+
+    def _walk(
+        self, refs: Sequence[str], values: list[Any], seen: dict[tuple[str, str, str], Any]
+    ) -> list[tuple[str, str, Sealed | BlobDelta | None]]:
+        """(channel, version, blob) of the values a read script sent, in its order:
+        each referenced version, then the versions its delta chain extends."""
+        out: list[tuple[str, str, Sealed | BlobDelta | None]] = []
+        pos = 0
+        for j in range(0, len(refs) - 1, 2):
+            channel, version = refs[j], refs[j + 1]
+            while True:
+                raw = values[pos]
+                pos += 1
+                where = (self.ns, channel, version)
+                if raw == _SENT:  # sent earlier in this reply, with its chain
+                    out.append((channel, version, seen[where]))
+                    break
+                if not raw:  # missing: the channel is absent, as in a SQL join
+                    seen[where] = None
+                    break
+                blob = decode_blob(bytes(raw))
+                seen[where] = blob
+                out.append((channel, version, blob))
+                if not isinstance(blob, BlobDelta):
+                    break
+                version = blob.base
+        return out
 
     def metadata_index(self) -> dict[str, Any]:
         try:
@@ -931,13 +947,11 @@ class _Entry:
         current = {(refs[j], refs[j + 1]) for j in range(0, len(refs) - 1, 2)}
         blobs: list[tuple[str, str, Sealed | BlobDelta | None]] = []
         bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
-        for channel, version, raw in self.blobs:
-            if not raw:  # missing blob: the channel is absent, as in a SQL join
-                continue
+        for channel, version, blob in self.blobs:
             if (channel, version) in current:
-                blobs.append((channel, version, decode_blob(raw)))
+                blobs.append((channel, version, blob))
             else:
-                bases[(channel, version)] = decode_blob(raw)
+                bases[(channel, version)] = blob
         writes = [w for blob in self.writes for w in decode_frames(blob)]
         sends = [
             (task_id, path, idx, sealed)
@@ -1238,7 +1252,7 @@ class RedisOps:
             if remaining is not None and wanted is None:
                 count = min(remaining, count)
             more, last, entries = yield Script(PAGE, keys, (zset, hi, lo, count, self._read_ttl))
-            seen: dict[tuple[str, str, str], bytes] = {}
+            seen: dict[tuple[str, str, str], Any] = {}
             for raw in entries:
                 entry = _Entry(raw, seen)
                 if wanted is not None and not metadata_matches(entry.metadata_index(), wanted):
@@ -1324,7 +1338,7 @@ class RedisOps:
             _first_error(results)
             found: dict[tuple[str, str, str], _Entry] = {}
             for thread, entries in zip(order, results, strict=True):
-                seen: dict[tuple[str, str, str], bytes] = {}
+                seen: dict[tuple[str, str, str], Any] = {}
                 for raw in entries:
                     entry = _Entry(raw, seen)
                     found[(entry.checkpoint_id, thread, entry.ns)] = entry
