@@ -58,8 +58,12 @@ class RecordPipeline(Protocol):
         """The part of the metadata that is stored in clear for filtering."""
         ...
 
-    def digest(self, value: Any) -> bytes:
-        """A digest of a value's serialized form (equal digests: equal stored values)."""
+    def serialize(self, value: Any) -> tuple[str, bytes]:
+        """The (type, bytes) ``seal`` would protect for ``value``."""
+        ...
+
+    def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
+        """``seal`` of a value already serialized by ``serialize``."""
         ...
 
 
@@ -181,7 +185,7 @@ class CheckpointCodec:
 
     def __init__(self, pipeline: RecordPipeline, delta_chain: int = 0) -> None:
         self.pipeline = pipeline
-        self.deltas = DeltaTracker(delta_chain, pipeline.digest) if delta_chain > 0 else None
+        self.deltas = DeltaTracker(delta_chain, pipeline.serialize) if delta_chain > 0 else None
 
     # ---- writing -------------------------------------------------------------
 
@@ -233,13 +237,21 @@ class CheckpointCodec:
             )
             if self.deltas is not None and type(value) is list:
                 plan = self.deltas.plan(scope, ch, str(ver), value)
-                tracked.append((ch, plan.written))
+                written = plan.written
                 if plan.base is not None and allow_delta:
                     tail = self.pipeline.seal(identity, value[plan.prefix :])
                     blobs.append(BlobRecord(ch, str(ver), tail, plan.base, plan.prefix))
+                    tracked.append((ch, written))
                     continue
-                if plan.base is not None:  # a full copy starts a new chain
-                    tracked[-1] = (ch, Written(str(ver), 0, plan.written.digests))
+                if plan.base is not None and written is not None:  # whole: a new chain
+                    written = Written(
+                        written.version, 0, written.items, written.size, written.digest
+                    )
+                tracked.append((ch, written))
+                if plan.serialized is not None:
+                    sealed = self.pipeline.seal_serialized(identity, plan.serialized)
+                    blobs.append(BlobRecord(ch, str(ver), sealed))
+                    continue
             blobs.append(BlobRecord(ch, str(ver), self.pipeline.seal(identity, value)))
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
         run_id = full_metadata.get("run_id")

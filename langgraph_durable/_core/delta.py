@@ -8,8 +8,11 @@ the same thread, namespace and channel is stored as "that version, plus these
 items"; every ``max_chain`` deltas a full copy starts a new chain, so a read
 never needs more than ``max_chain + 1`` blobs of a channel.
 
-"Exactly" is decided on content, not identity: each item is serialized and
-digested, so an item changed in place is never mistaken for the stored one.
+"Exactly" is decided on content, not identity: the new list is serialized (as
+it would be to store it whole) and the part of its msgpack array that holds the
+first items must be byte for byte the previous list's array (compared by a
+BLAKE2b digest), so an item changed in place is never mistaken for the stored
+one. Values whose serialized form is not a msgpack array are stored whole.
 The tracker only remembers versions this process wrote itself; a process that
 has not written a thread yet stores one full copy first. A backend that finds
 a delta's base gone (deleted or expired) when it writes asks the codec for
@@ -18,13 +21,14 @@ full copies instead, so a delta always points at a stored base.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DeltaTracker", "Written", "ListMemo", "DEFAULT_MAX_CHAIN"]
+__all__ = ["DeltaTracker", "DeltaPlan", "Written", "ListMemo", "DEFAULT_MAX_CHAIN"]
 
 #: Deltas between two full copies of a list channel, by default.
 DEFAULT_MAX_CHAIN = 32
@@ -42,21 +46,50 @@ class Written:
         version: Its channel version.
         depth: Deltas between it and the full copy it is rebuilt from (0: it
             is a full copy).
-        digests: Digest of each serialized item, in order.
+        items: Its number of items.
+        size: Bytes of its serialized items (the msgpack array without header).
+        digest: BLAKE2b digest of those bytes.
     """
 
     version: str
     depth: int
-    digests: tuple[bytes, ...]
+    items: int
+    size: int
+    digest: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class DeltaPlan:
-    """How to store one list value: a delta of ``base`` (``prefix`` items), or full."""
+    """How to store one list value.
+
+    Attributes:
+        base: The version a delta extends, or None to store the value whole.
+        prefix: Items of ``base``.
+        serialized: (type, bytes) of the whole value when it was serialized,
+            for storing it whole without serializing it again.
+        written: What to remember once stored (None: never a base).
+    """
 
     base: str | None
     prefix: int
-    written: Written
+    serialized: tuple[str, bytes] | None
+    written: Written | None
+
+
+def _array_items(type_: str, data: bytes, count: int) -> memoryview | None:
+    """The bytes of a msgpack array's items, if ``data`` is an array of ``count``."""
+    if type_ != "msgpack" or not data:
+        return None
+    head = data[0]
+    if 0x90 <= head <= 0x9F:
+        n, start = head & 0x0F, 1
+    elif head == 0xDC:
+        n, start = int.from_bytes(data[1:3], "big"), 3
+    elif head == 0xDD:
+        n, start = int.from_bytes(data[1:5], "big"), 5
+    else:
+        return None
+    return memoryview(data)[start:] if n == count else None
 
 
 class DeltaTracker:
@@ -66,15 +99,18 @@ class DeltaTracker:
 
     Args:
         max_chain: Most deltas between two full copies (at least 1).
-        digest: Digest of one list item's serialized form.
+        serialize: The (type, bytes) a value is stored as before any encryption.
         capacity: Most (scope, channel) pairs remembered.
     """
 
     def __init__(
-        self, max_chain: int, digest: Callable[[Any], bytes], capacity: int = TRACKED_MAX
+        self,
+        max_chain: int,
+        serialize: Callable[[Any], tuple[str, bytes]],
+        capacity: int = TRACKED_MAX,
     ) -> None:
         self.max_chain = max_chain
-        self._digest = digest
+        self._serialize = serialize
         self._capacity = capacity
         self._last: OrderedDict[tuple[Hashable, str], Written] = OrderedDict()
         self._lock = threading.Lock()
@@ -82,24 +118,37 @@ class DeltaTracker:
     def plan(self, scope: Hashable, channel: str, version: str, value: list[Any]) -> DeltaPlan:
         """How to store ``value`` as ``version`` of ``channel`` (delta or full)."""
         try:
-            digests = tuple(self._digest(item) for item in value)
-        except Exception:  # an item the serializer rejects: the full write reports it
-            digests = ()
+            serialized = self._serialize(value)
+        except Exception:  # the full write reports what the serializer rejects
+            return DeltaPlan(None, 0, None, None)
+        body = _array_items(serialized[0], serialized[1], len(value))
+        if body is None:
+            return DeltaPlan(None, 0, serialized, None)
         with self._lock:
             prev = self._last.get((scope, channel))
-        full = DeltaPlan(None, 0, Written(version, 0, digests))
-        if prev is None or not digests or prev.version == version:
-            return full
-        n = len(prev.digests)
-        if n == 0 or prev.depth >= self.max_chain or len(digests) < n:
-            return full
-        if digests[:n] != prev.digests:
-            return full
-        return DeltaPlan(prev.version, n, Written(version, prev.depth + 1, digests))
+        h = hashlib.blake2b(digest_size=16)
+        if (
+            prev is not None
+            and prev.version != version
+            and 0 < prev.items <= len(value)
+            and prev.size <= len(body)
+            and prev.depth < self.max_chain
+        ):
+            h.update(body[: prev.size])
+            extends = h.digest() == prev.digest
+            h.update(body[prev.size :])
+            if extends:
+                written = Written(version, prev.depth + 1, len(value), len(body), h.digest())
+                return DeltaPlan(prev.version, prev.items, serialized, written)
+        else:
+            h.update(body)
+        return DeltaPlan(
+            None, 0, serialized, Written(version, 0, len(value), len(body), h.digest())
+        )
 
-    def remember(self, scope: Hashable, channel: str, written: Written) -> None:
+    def remember(self, scope: Hashable, channel: str, written: Written | None) -> None:
         """Record that ``written`` is now stored (call after the write succeeded)."""
-        if not written.digests:
+        if written is None:
             self.forget_channel(scope, channel)
             return
         with self._lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -44,9 +43,11 @@ class IdentityPipeline:
     def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
         return json_safe_metadata(metadata)
 
-    def digest(self, value: Any) -> bytes:
-        type_, data = self.serde.dumps_typed(value)
-        return hashlib.blake2b(type_.encode() + b"\0" + data, digest_size=16).digest()
+    def serialize(self, value: Any) -> tuple[str, bytes]:
+        return self.serde.dumps_typed(value)
+
+    def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
+        return Sealed(serialized[0], serialized[1])
 
 
 _check: type[RecordPipeline] = IdentityPipeline  # structural check for type checkers

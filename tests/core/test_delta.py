@@ -19,7 +19,7 @@ KEY = ThreadKey("acme", "t1", "", False)
 
 
 def tracker(max_chain: int = 3) -> DeltaTracker:
-    return DeltaTracker(max_chain, lambda item: repr(item).encode())
+    return DeltaTracker(max_chain, JsonPlusSerializer().dumps_typed)
 
 
 class Store:
@@ -74,10 +74,12 @@ def test_tracker_plans_deltas_only_for_extensions() -> None:
     assert first.base is None
     t.remember("s", "messages", first.written)
     second = t.plan("s", "messages", "v2", [1, 2, 3])
+    assert second.written is not None
     assert (second.base, second.prefix, second.written.depth) == ("v1", 2, 1)
     t.remember("s", "messages", second.written)
     # An earlier item changed: a full copy.
     assert t.plan("s", "messages", "v3", [1, 9, 3, 4]).base is None
+    assert t.plan("s", "messages", "v3", [1, 2, {"a": 3}, 4]).base is None
     # Shorter (an item removed): a full copy.
     assert t.plan("s", "messages", "v3", [1, 2]).base is None
     # Another scope or channel knows nothing.
@@ -91,17 +93,30 @@ def test_tracker_plans_deltas_only_for_extensions() -> None:
     assert t.plan("s", "messages", "v2b", [1, 2, 3, 4]).base is None
 
 
-def test_unserializable_item_is_never_a_base() -> None:
-    def digest(item: Any) -> bytes:
-        if item == "bad":
+def test_values_that_are_not_msgpack_arrays_are_never_bases() -> None:
+    def serialize(value: Any) -> tuple[str, bytes]:
+        if "bad" in value:
             raise TypeError("cannot serialize")
-        return repr(item).encode()
+        if "pickled" in value:
+            return ("pickle", b"\x80\x04...")
+        return JsonPlusSerializer().dumps_typed(value)
 
-    t = DeltaTracker(4, digest)
+    t = DeltaTracker(4, serialize)
     plan = t.plan("s", "messages", "v1", [1, "bad"])
-    assert plan.base is None and plan.written.digests == ()
+    assert plan.base is None and plan.written is None and plan.serialized is None
+    plan = t.plan("s", "messages", "v1", [1, "pickled"])
+    assert plan.base is None and plan.written is None and plan.serialized is not None
     t.remember("s", "messages", plan.written)
-    assert t.plan("s", "messages", "v2", [1, "bad", 3]).base is None
+    assert t.plan("s", "messages", "v2", [1, "pickled", 3]).base is None
+
+
+@pytest.mark.parametrize("n", [15, 16, 70_000])
+def test_array_headers_of_every_size(n: int) -> None:
+    t = tracker(max_chain=2)
+    first = t.plan("s", "messages", "v1", list(range(n)))
+    t.remember("s", "messages", first.written)
+    second = t.plan("s", "messages", "v2", [*range(n), "new"])
+    assert (second.base, second.prefix) == ("v1", n)
 
 
 def test_codec_round_trip_through_chains() -> None:
