@@ -346,24 +346,26 @@ def _lua(name: str, flags: str | None, body: str) -> LuaScript:
     return LuaScript(name, f"{shebang}\n{_PRELUDE}\n{body.strip()}\n")
 
 
-# ARGV: ttl, ns, id, header, payload, mark, number of base fields, the blob
-# fields deltas are built on, then blob field/value pairs. Returns {-1} and
+# KEYS: the thread's six, then (not on a cluster) its tenant's index.
+# ARGV: ttl, ns, id, header, payload, mark, thread id, number of base fields, the
+# blob fields deltas are built on, then blob field/value pairs. Returns {-1} and
 # writes nothing when a base is missing; else registration() plus a string of
-# '1'/'0' per blob: created by this write or already there.
+# '1'/'0' per blob: created by this write or already there. With the index key
+# the script registers the thread itself and reports nothing to do.
 PUT = _lua(
     "put",
     None,
     r"""
 local err = check_types()
 if err then return err end
-local nb = tonumber(ARGV[7])
-for j = 8, 7 + nb do
+local nb = tonumber(ARGV[8])
+for j = 9, 8 + nb do
   if redis.call('HEXISTS', B, ARGV[j]) == 0 then return {-1} end
 end
 local f = ARGV[2] .. SEP .. ARGV[3]
 local existed = redis.call('EXISTS', I) == 1
 local created = {}
-for j = 8 + nb, #ARGV, 2 do
+for j = 9 + nb, #ARGV, 2 do
   created[#created + 1] = tostring(redis.call('HSETNX', B, ARGV[j], ARGV[j + 1]))
 end
 redis.call('HSET', C, f, ARGV[5])
@@ -372,6 +374,11 @@ redis.call('ZADD', I, 0, f)
 redis.call('ZADD', N, 0, ARGV[3] .. SEP .. ARGV[2])
 expire_all(ARGV[1])
 local out = registration(ARGV[6], existed)
+if out[1] == 1 and KEYS[7] then
+  redis.call('ZADD', KEYS[7], out[2], ARGV[7])
+  redis.call('HSET', H, MARK, '1')
+  out = {0, 0}
+end
 out[3] = table.concat(created)
 return out
 """,
@@ -1034,6 +1041,9 @@ class RedisOps:
         refresh_ttl_on_read: Whether reads also restart the thread's TTL.
         page_size: Checkpoints per ``list`` round trip.
         codec: The checkpoint codec (owns the record pipeline).
+        index_in_script: Whether ``put`` may touch the tenant's index in its
+            script (one server, not a cluster, where the index is in another
+            slot): a thread's first write is then one round trip too.
     """
 
     def __init__(
@@ -1043,8 +1053,10 @@ class RedisOps:
         refresh_ttl_on_read: bool,
         page_size: int,
         codec: CheckpointCodec,
+        index_in_script: bool = False,
     ) -> None:
         self.keys = KeyLayout(prefix)
+        self._index_in_script = index_in_script
         self.codec = codec
         self.page_size = page_size
         # '0' persists the thread's keys (no TTL), otherwise milliseconds.
@@ -1097,12 +1109,15 @@ class RedisOps:
     ) -> Generator[Any, Any, Any]:
         """Store a checkpoint with its new blobs: one script, one round trip.
 
-        The first write of a thread adds it to its tenant's index (one more).
+        On a cluster the first write of a thread adds it to its tenant's index
+        (one more); on one server the script does it.
         A list channel stored as a delta whose base is gone (the thread was
         deleted or expired meanwhile) is written again in full (one more).
         """
         tenant, thread, ns = self._thread_parts(key)
         keys = self.keys.thread(tenant, thread)
+        if self._index_in_script:
+            keys = (*keys, self.keys.tenant_index(tenant))
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         checkpoint_id = _ident(rec.checkpoint_id, "checkpoint id")
         if rec.parent_checkpoint_id is not None:
@@ -1124,7 +1139,12 @@ class RedisOps:
 
     def _put_args(self, tenant: str, thread: str, ns: str, rec: CheckpointRecord) -> list[Any]:
         """PUT's arguments after ttl, ns and id (see the script)."""
-        args: list[Any] = [encode_header(rec), encode_payload(rec), self._mark_flag(tenant, thread)]
+        args: list[Any] = [
+            encode_header(rec),
+            encode_payload(rec),
+            self._mark_flag(tenant, thread),
+            thread,
+        ]
         fields: list[str] = []
         bases: list[str] = []
         for blob in rec.blobs:

@@ -130,15 +130,22 @@ class _RedisSaverBase(DurableSaverBase):
         elif not isinstance(options, RedisOptions):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
-        self._init_base(serde, tenant, options.default_tenant)
         self._conn = self._driver_type(conn)
+        self._init_base(serde, tenant, options.default_tenant)
 
     def _delta_chain(self) -> int:
         return self.options.delta_chain
 
     def _make_ops(self, codec: CheckpointCodec) -> RedisOps:
         o = self.options
-        return RedisOps(o.prefix, o.ttl_ms, o.refresh_ttl_on_read, o.page_size, codec)
+        return RedisOps(
+            o.prefix,
+            o.ttl_ms,
+            o.refresh_ttl_on_read,
+            o.page_size,
+            codec,
+            index_in_script=not self._conn.cluster,
+        )
 
     @property
     def prefix(self) -> str:
