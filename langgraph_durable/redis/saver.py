@@ -73,28 +73,20 @@ class RedisOptions:
             raise ConfigurationError(
                 f"default_tenant must be a non-empty string, got {self.default_tenant!r}"
             )
-        if (
-            isinstance(self.page_size, bool)
-            or not isinstance(self.page_size, int)
-            or not 1 <= self.page_size <= 1000
-        ):
-            raise ConfigurationError(
-                f"page_size must be an integer from 1 to 1000, got {self.page_size!r}"
-            )
-        if (
-            isinstance(self.delta_chain, bool)
-            or not isinstance(self.delta_chain, int)
-            or not 0 <= self.delta_chain <= 1000
-        ):
-            raise ConfigurationError(
-                f"delta_chain must be an integer from 0 (no deltas) to 1000, "
-                f"got {self.delta_chain!r}"
-            )
+        _check_int("page_size", self.page_size, 1, 1000, "")
+        _check_int("delta_chain", self.delta_chain, 0, 1000, " (0: no deltas)")
 
     @property
     def ttl_ms(self) -> int | None:
         """The TTL in whole milliseconds (at least 1), or None."""
         return None if self.ttl is None else max(1, round(self.ttl * 1000))
+
+
+def _check_int(name: str, value: Any, low: int, high: int, note: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(
+            f"{name} must be an integer from {low} to {high}{note}, got {value!r}"
+        )
 
 
 class _RedisSaverBase(DurableSaverBase):
