@@ -197,6 +197,7 @@ local SEP = '\0'
 local MARK = '\0'
 local TASKS = '__TASKS__'
 
+-- Refuses (before any write) when a key of the thread holds another type.
 local function check_types()
   for k = 1, 6 do
     local want = (k <= 4) and 'hash' or 'zset'
@@ -211,6 +212,8 @@ end
 
 local function expire_all(ttl)
   if ttl == '' then return end
+  -- the six keys expire together: without a TTL on the first, none has one
+  if ttl == '0' and redis.call('PTTL', H) == -1 then return end
   for k = 1, 6 do
     if ttl == '0' then
       redis.call('PERSIST', KEYS[k])
