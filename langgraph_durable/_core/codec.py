@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from ..errors import CorruptRecordError, InvalidInputError
-from .delta import DeltaTracker, ListMemo, Written
+from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written
 from .records import (
     BlobDelta,
     BlobRecord,
@@ -270,6 +270,11 @@ class CheckpointCodec:
             blobs=blobs,
             tracked=tracked,
         )
+
+    def list_memo(self) -> ListMemo:
+        """A memo for one listing, large enough for two chains of deltas."""
+        chain = self.deltas.max_chain if self.deltas is not None else 0
+        return ListMemo(max(MEMO_MIN, 2 * chain + 2))
 
     def written(self, rec: CheckpointRecord, created: Iterable[str] | None = None) -> None:
         """Tell the delta tracker that ``rec`` is stored.

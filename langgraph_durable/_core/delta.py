@@ -34,8 +34,8 @@ __all__ = ["DeltaTracker", "DeltaPlan", "Written", "ListMemo", "DEFAULT_MAX_CHAI
 DEFAULT_MAX_CHAIN = 32
 #: (thread namespace, channel) pairs a tracker remembers (least recently used go first).
 TRACKED_MAX = 4096
-#: Decoded list values a listing keeps for the next checkpoints' deltas.
-MEMO_MAX = 256
+#: Decoded list values a listing keeps for the next checkpoints' deltas, at least.
+MEMO_MIN = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +176,7 @@ class ListMemo:
     rebuilt from versions the previous one already decoded.
     """
 
-    def __init__(self, capacity: int = MEMO_MAX) -> None:
+    def __init__(self, capacity: int = MEMO_MIN) -> None:
         self._capacity = capacity
         self._items: OrderedDict[Hashable, tuple[Any, ...]] = OrderedDict()
 

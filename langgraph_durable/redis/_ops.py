@@ -52,7 +52,6 @@ import ormsgpack
 from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
-from .._core.delta import ListMemo
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import BlobDelta, BlobRecord, CheckpointRecord, Sealed, WriteRecord
 from .._core.sansio import Emit, operation
@@ -1269,7 +1268,7 @@ class RedisOps:
         zset, hi, lo = _ranges(ns, cid, before)
         keys = self.keys.thread(tenant, thread)
         remaining = limit
-        memo = ListMemo()
+        memo = self.codec.list_memo()
         while True:
             count = self.page_size
             if remaining is not None and wanted is None:
@@ -1325,7 +1324,7 @@ class RedisOps:
                     heapq.heappush(heap, item)
         yield from self._forget(tenant, gone)
         remaining = limit
-        memo = ListMemo()
+        memo = self.codec.list_memo()
         while heap:
             want = self.page_size
             if remaining is not None and wanted is None:
