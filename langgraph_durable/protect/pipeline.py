@@ -28,8 +28,7 @@ class IdentityPipeline:
         self.serde = serde
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
-        type_, data = self.serde.dumps_typed(value)
-        return Sealed(type_, data)
+        return self.seal_serialized(identity, self.serialize(value))
 
     def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
         try:

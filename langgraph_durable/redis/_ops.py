@@ -894,7 +894,7 @@ class _Entry:
     same reply: a script sends a blob once per reply.
     """
 
-    __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "writes", "sends")
+    __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "bases", "writes", "sends")
 
     def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], Any]) -> None:
         try:
@@ -903,7 +903,7 @@ class _Entry:
             self.checkpoint_id = _text(cid)
             self.header = ormsgpack.unpackb(hdr)
             self.payload = ormsgpack.unpackb(payload)
-            self.blobs = self._walk(self.header[3], list(blobs or []), seen)
+            self.blobs, self.bases = self._walk(self.header[3], list(blobs or []), seen)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
         self.writes: list[Any] = list(writes or [])
@@ -911,30 +911,43 @@ class _Entry:
 
     def _walk(
         self, refs: Sequence[str], values: list[Any], seen: dict[tuple[str, str, str], Any]
-    ) -> list[tuple[str, str, Sealed | BlobDelta | None]]:
-        """(channel, version, blob) of the values a read script sent, in its order:
-        each referenced version, then the versions its delta chain extends."""
-        out: list[tuple[str, str, Sealed | BlobDelta | None]] = []
+    ) -> tuple[
+        list[tuple[str, str, Sealed | BlobDelta | None]],
+        dict[tuple[str, str], Sealed | BlobDelta | None],
+    ]:
+        """The values a read script sent, in its order: each referenced version,
+        then the versions its delta chain extends. Returns (channel, version,
+        blob) of the referenced ones and the chains' blobs by (channel, version)."""
+        blobs: list[tuple[str, str, Sealed | BlobDelta | None]] = []
+        bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
         pos = 0
         for j in range(0, len(refs) - 1, 2):
             channel, version = refs[j], refs[j + 1]
+            first, earlier = True, False
             while True:
-                raw = values[pos]
-                pos += 1
                 where = (self.ns, channel, version)
-                if raw == _SENT:  # sent earlier in this reply, with its chain
-                    out.append((channel, version, seen[where]))
-                    break
-                if not raw:  # missing: the channel is absent, as in a SQL join
-                    seen[where] = None
-                    break
-                blob = decode_blob(bytes(raw))
-                seen[where] = blob
-                out.append((channel, version, blob))
+                if earlier:  # the script sent the rest of this chain earlier in the reply
+                    if where not in seen:
+                        break
+                    blob = seen[where]
+                else:
+                    raw = values[pos]
+                    pos += 1
+                    if raw == _SENT:
+                        blob, earlier = seen[where], True
+                    elif not raw:  # missing: the channel is absent, as in a SQL join
+                        seen[where] = None
+                        break
+                    else:
+                        blob = seen[where] = decode_blob(bytes(raw))
+                if first:
+                    blobs.append((channel, version, blob))
+                else:
+                    bases[(channel, version)] = blob
                 if not isinstance(blob, BlobDelta):
                     break
-                version = blob.base
-        return out
+                version, first = blob.base, False
+        return blobs, bases
 
     def metadata_index(self) -> dict[str, Any]:
         try:
@@ -947,20 +960,12 @@ class _Entry:
 
     def stored(self, thread: str) -> StoredCheckpoint:
         try:
-            _v, parent, _run, refs, _delta = self.header
+            _v, parent, _run, _refs, _delta = self.header
             _index, c_type, c_data, m_type, m_data = self.payload
         except (ValueError, TypeError) as exc:
             raise CorruptRecordError(
                 f"checkpoint {self.checkpoint_id} of thread {thread!r} has a malformed record"
             ) from exc
-        current = {(refs[j], refs[j + 1]) for j in range(0, len(refs) - 1, 2)}
-        blobs: list[tuple[str, str, Sealed | BlobDelta | None]] = []
-        bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
-        for channel, version, blob in self.blobs:
-            if (channel, version) in current:
-                blobs.append((channel, version, blob))
-            else:
-                bases[(channel, version)] = blob
         writes = [w for blob in self.writes for w in decode_frames(blob)]
         sends = [
             (task_id, path, idx, sealed)
@@ -975,8 +980,8 @@ class _Entry:
             parent_checkpoint_id=parent if isinstance(parent, str) else None,
             body=Sealed(c_type, c_data),
             metadata=Sealed(m_type, m_data),
-            blobs=blobs,
-            bases=bases,
+            blobs=self.blobs,
+            bases=self.bases,
             writes=writes,
             parent_sends=sends,
         )

@@ -225,6 +225,21 @@ def test_small_pages_and_limits(redis_url: str, redis_prefix: str) -> None:
         assert [messages_dump(t.checkpoint["channel_values"]) for t in some] == want[8:13]
 
 
+def test_filtered_listing_rebuilds_deltas_of_skipped_checkpoints(
+    pair: tuple[RedisSaver, RedisSaver],
+) -> None:
+    """A filter skips checkpoints whose blobs the reply already carried once."""
+    ours, _ = pair
+    memory = InMemorySaver()
+    for saver in (ours, memory):
+        run_turns(chat_graph(saver), "f", 8)
+    cfg = {"configurable": {"thread_id": "f"}}
+    for flt, n in (({"source": "loop"}, 16), ({"source": "input"}, 8)):
+        want = [messages_dump(t.checkpoint["channel_values"]) for t in memory.list(cfg, filter=flt)]
+        got = [messages_dump(t.checkpoint["channel_values"]) for t in ours.list(cfg, filter=flt)]
+        assert got == want and len(got) == n
+
+
 def test_listing_shares_items_not_lists(pair: tuple[RedisSaver, RedisSaver]) -> None:
     """Each checkpoint gets its own list; unchanged items are decoded once."""
     ours, _ = pair
