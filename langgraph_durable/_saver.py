@@ -11,8 +11,9 @@ differ in how they hand the operation to the driver.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -24,15 +25,52 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._core.codec import CheckpointCodec, ThreadKey, tenant_from_config, thread_key
-from ._core.sansio import Operation
+from ._core.codec import (
+    CheckpointCodec,
+    ThreadKey,
+    json_safe_metadata,
+    tenant_from_config,
+    thread_key,
+)
+from ._core.filters import metadata_matches, normalize_filter
+from ._core.sansio import Operation, collect_emits, select_emits
 from ._core.versions import next_version
-from .errors import ConfigurationError, InvalidInputError
+from .errors import ConfigurationError, DecryptionError, InvalidInputError
+from .protect.keys import KeyCall, KeyManager, KeyMissing
 from .protect.pipeline import IdentityPipeline
+
+if TYPE_CHECKING:
+    from .protect.encryption import Encryption
 
 __all__ = ["DurableSaverBase", "SyncSaverMethods", "AsyncSaverMethods", "TenantResolver"]
 
 TenantResolver = Callable[[RunnableConfig | None], "str | None"]
+
+# Attempts at a call that keeps finding data-key versions it has not unwrapped.
+_KEY_ATTEMPTS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One saver call: its tenant, how to build its operation, what keys it needs.
+
+    ``make`` is called after the tenant's data keys are ready (and again if a
+    record needed a key version that was not), so it builds a fresh operation.
+    """
+
+    tenant: str
+    make: Callable[[], Operation[Any]]
+    write: bool = False
+    keyed: bool = True
+
+
+def _next_need(missing: KeyMissing, need: frozenset[int], attempt: int) -> frozenset[int]:
+    if attempt >= _KEY_ATTEMPTS or (missing.version is not None and missing.version in need):
+        raise DecryptionError(
+            f"data-key version {missing.version} of tenant {missing.tenant!r} is still "
+            "missing after loading the tenant's keys"
+        )
+    return need if missing.version is None else need | {missing.version}
 
 
 class DurableSaverBase(BaseCheckpointSaver[str]):
@@ -44,13 +82,27 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
     default_tenant: str
     _ops: Any
 
+    _keys: KeyManager | None = None
+    encryption: Encryption | None = None
+
     def _init_base(
         self,
         serde: SerializerProtocol | None,
         tenant: str | TenantResolver | None,
         default_tenant: str,
+        encryption: Encryption | None = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
+        if encryption is not None:
+            from .protect.encryption import Encryption
+
+            if not isinstance(encryption, Encryption):
+                raise ConfigurationError(
+                    "encryption must be None or a langgraph_durable.protect.Encryption, "
+                    f"got {encryption!r}"
+                )
+            self.encryption = encryption
+            self._keys = encryption.key_manager()
         if not isinstance(default_tenant, str) or not default_tenant:
             raise ConfigurationError(
                 f"default_tenant must be a non-empty string, got {default_tenant!r}"
@@ -77,7 +129,14 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         return 0
 
     def _build_ops(self) -> None:
-        self.pipeline = IdentityPipeline(self.serde)
+        if self.encryption is not None and self._keys is not None:
+            from .protect.encryption import EncryptionPipeline
+
+            self.pipeline: IdentityPipeline = EncryptionPipeline(
+                self.serde, self.encryption, self._keys.cache
+            )
+        else:
+            self.pipeline = IdentityPipeline(self.serde)
         self._ops = self._make_ops(CheckpointCodec(self.pipeline, self._delta_chain()))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:
@@ -85,6 +144,13 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         if clone is not self:
             cast(DurableSaverBase, clone)._build_ops()
         return clone
+
+    def _admin_keys(self) -> KeyManager:
+        if self._keys is None:
+            raise ConfigurationError(
+                "this saver has no encryption: pass encryption=Encryption(keyring) to manage keys"
+            )
+        return self._keys
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
         return next_version(current)
@@ -110,8 +176,13 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Operation[Any]:
-        return self._ops.put(self._key(config), config, checkpoint, metadata, new_versions)  # type: ignore[no-any-return]
+    ) -> _Call:
+        key = self._key(config)
+        return _Call(
+            key.tenant,
+            lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
+            write=True,
+        )
 
     def _put_writes_op(
         self,
@@ -119,7 +190,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation[None]:
+    ) -> _Call:
         key = self._key(config)
         checkpoint_id = config["configurable"].get("checkpoint_id")
         if not checkpoint_id:
@@ -127,13 +198,18 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint "
                 "the writes belong to)"
             )
-        return self._ops.put_writes(  # type: ignore[no-any-return]
-            key, str(checkpoint_id), writes, str(task_id), task_path or ""
+        return _Call(
+            key.tenant,
+            lambda: self._ops.put_writes(
+                key, str(checkpoint_id), writes, str(task_id), task_path or ""
+            ),
+            write=True,
         )
 
-    def _get_op(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
+    def _get_op(self, config: RunnableConfig) -> _Call:
         key = self._key(config)
-        return self._ops.get_tuple(key, config["configurable"].get("checkpoint_id"))  # type: ignore[no-any-return]
+        checkpoint_id = config["configurable"].get("checkpoint_id")
+        return _Call(key.tenant, lambda: self._ops.get_tuple(key, checkpoint_id))
 
     def _list_op(
         self,
@@ -141,7 +217,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> Operation[None]:
+    ) -> _Call:
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
@@ -154,32 +230,101 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         thread = configurable.get("thread_id")
         ns = configurable.get("checkpoint_ns")
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
-        return self._ops.list(  # type: ignore[no-any-return]
-            self._tenant_of(config),
-            None if thread is None else str(thread),
-            None if ns is None else str(ns),
-            configurable.get("checkpoint_id"),
-            filter,
-            before_id,
-            limit,
-            "tenant_id" in configurable,
+        tenant = self._tenant_of(config)
+
+        def make() -> Operation[Any]:
+            # Keys the backend cannot match (encrypted metadata) are matched here,
+            # on the opened metadata, and the limit is applied after them.
+            server, client = self.pipeline.split_filter(tenant, filter)
+            op = self._ops.list(
+                tenant,
+                None if thread is None else str(thread),
+                None if ns is None else str(ns),
+                configurable.get("checkpoint_id"),
+                server,
+                before_id,
+                limit if client is None else None,
+                "tenant_id" in configurable,
+            )
+            if client is None:
+                return op  # type: ignore[no-any-return]
+            wanted = normalize_filter(client)
+            return Operation(
+                select_emits(op.steps, lambda t: metadata_matches(_safe(t.metadata), wanted), limit)
+            )
+
+        return _Call(tenant, make)
+
+    def _delete_thread_op(self, thread_id: str, tenant_id: str | None) -> _Call:
+        tenant = self._tenant_of(None, tenant_id)
+        return _Call(tenant, lambda: self._ops.delete_thread(tenant, str(thread_id)), keyed=False)
+
+    def _delete_for_runs_op(self, run_ids: Sequence[str], tenant_id: str | None) -> _Call:
+        tenant = self._tenant_of(None, tenant_id)
+        return _Call(tenant, lambda: self._ops.delete_for_runs(tenant, run_ids), keyed=False)
+
+    def _copy_thread_op(self, source: str, target: str, tenant_id: str | None) -> _Call:
+        tenant = self._tenant_of(None, tenant_id)
+        if self.pipeline.binds_identity:
+            return _Call(
+                tenant,
+                lambda: Operation(self._reseal_copy(tenant, str(source), str(target))),
+                write=True,
+            )
+        return _Call(
+            tenant,
+            lambda: self._ops.copy_thread(tenant, str(source), str(target)),
+            keyed=False,
         )
 
-    def _delete_thread_op(self, thread_id: str, tenant_id: str | None) -> Operation[None]:
-        return self._ops.delete_thread(self._tenant_of(None, tenant_id), str(thread_id))  # type: ignore[no-any-return]
+    def _prune_op(self, thread_ids: Sequence[str], strategy: str, tenant_id: str | None) -> _Call:
+        tenant = self._tenant_of(None, tenant_id)
+        return _Call(tenant, lambda: self._ops.prune(tenant, thread_ids, strategy), keyed=False)
 
-    def _delete_for_runs_op(self, run_ids: Sequence[str], tenant_id: str | None) -> Operation[int]:
-        return self._ops.delete_for_runs(self._tenant_of(None, tenant_id), run_ids)  # type: ignore[no-any-return]
+    def _reseal_copy(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
+        """copy_thread when payloads are bound to their thread (encryption).
 
-    def _copy_thread_op(self, source: str, target: str, tenant_id: str | None) -> Operation[None]:
-        return self._ops.copy_thread(  # type: ignore[no-any-return]
-            self._tenant_of(None, tenant_id), str(source), str(target)
-        )
+        A stored ciphertext only opens under its own record identity, so the
+        rows cannot be copied as they are: every checkpoint and write of the
+        source is opened and stored again for the target, oldest first.
+        """
+        if source == target:
+            raise InvalidInputError("copy_thread: source and target thread ids are the same")
+        listing = self._ops.list(tenant, source, None, None, None, None, None, False)
+        tuples = yield from collect_emits(listing.steps)
+        for tup in reversed(tuples):
+            conf = tup.config["configurable"]
+            ns = conf.get("checkpoint_ns", "")
+            key = ThreadKey(tenant, target, ns, False)
+            parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            put_config: dict[str, Any] = {
+                "configurable": {"thread_id": target, "checkpoint_ns": ns}
+            }
+            if parent:
+                put_config["configurable"]["checkpoint_id"] = parent
+            checkpoint = tup.checkpoint
+            versions = dict(checkpoint.get("channel_versions") or {})
+            yield from self._ops.put(key, put_config, checkpoint, tup.metadata, versions).steps
+            groups: dict[tuple[str, str, bool], list[tuple[int, str, Any]]] = {}
+            for write in tup.pending_writes or ():
+                task_id, channel, value = write
+                idx = getattr(write, "idx", 0)
+                path = getattr(write, "task_path", "")
+                groups.setdefault((task_id, path, idx < 0), []).append((idx, channel, value))
+            for (task_id, path, _special), items in groups.items():
+                items.sort(key=lambda item: item[0])
+                yield from self._ops.put_writes(
+                    key,
+                    conf["checkpoint_id"],
+                    [(channel, value) for _idx, channel, value in items],
+                    task_id,
+                    path,
+                ).steps
+        return None
 
-    def _prune_op(
-        self, thread_ids: Sequence[str], strategy: str, tenant_id: str | None
-    ) -> Operation[None]:
-        return self._ops.prune(self._tenant_of(None, tenant_id), thread_ids, strategy)  # type: ignore[no-any-return]
+
+def _safe(metadata: Any) -> dict[str, Any]:
+    return json_safe_metadata(dict(metadata or {}))
 
 
 class SyncSaverMethods(DurableSaverBase):
@@ -191,8 +336,79 @@ class SyncSaverMethods(DurableSaverBase):
     def _iterate(self, op: Operation[Any]) -> Iterator[Any]:
         raise NotImplementedError
 
+    def _run_keys(self, steps: Generator[Any, Any, Any]) -> Any:
+        """Drive a key-manager generator: backend operations and keyring calls."""
+        result: Any = None
+        while True:
+            try:
+                step = steps.send(result)
+            except StopIteration as stop:
+                return stop.value
+            result = step.fn(*step.args) if isinstance(step, KeyCall) else self._run(step)
+
+    def _exec(self, call: _Call) -> Any:
+        keys = self._keys
+        if keys is None or not call.keyed:
+            return self._run(call.make())
+        need: frozenset[int] = frozenset()
+        attempt = 0
+        while True:
+            if attempt or not keys.fresh(call.tenant, call.write):
+                self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            try:
+                return self._run(call.make())
+            except KeyMissing as missing:
+                attempt += 1
+                need = _next_need(missing, need, attempt)
+
+    def _exec_iter(self, call: _Call) -> Iterator[Any]:
+        keys = self._keys
+        if keys is None:
+            yield from self._iterate(call.make())
+            return
+        need: frozenset[int] = frozenset()
+        attempt = emitted = 0
+        while True:
+            if attempt or not keys.fresh(call.tenant, call.write):
+                self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            skip = emitted  # a restarted listing skips what the caller already has
+            try:
+                for item in self._iterate(call.make()):
+                    if skip:
+                        skip -= 1
+                        continue
+                    emitted += 1
+                    yield item
+                return
+            except KeyMissing as missing:
+                attempt += 1
+                need = _next_need(missing, need, attempt)
+
+    def rotate_keys(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Rewrap stored data keys under the keyring's active key (no payload is rewritten).
+
+        Args:
+            tenant_id: Only this tenant (default: every tenant with data keys).
+
+        Returns:
+            ``{"tenants": n, "rewrapped": n, "current": n}``.
+        """
+        keys = self._admin_keys()
+        tenants = [tenant_id] if tenant_id is not None else self._run(self._ops.data_key_tenants())
+        summary = {"tenants": 0, "rewrapped": 0, "current": 0}
+        for tenant in tenants:
+            done, current = self._run_keys(keys.rotate(self._ops, str(tenant)))
+            summary["tenants"] += 1
+            summary["rewrapped"] += done
+            summary["current"] += current
+        return summary
+
+    def shred_tenant(self, tenant_id: str) -> int:
+        """Crypto-shred a tenant: delete its wrapped data keys; the number of versions."""
+        return self._run_keys(self._admin_keys().shred(self._ops, str(tenant_id)))  # type: ignore[no-any-return]
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(self._get_op(config))  # type: ignore[no-any-return]
+        return self._exec(self._get_op(config))  # type: ignore[no-any-return]
 
     def list(
         self,
@@ -202,7 +418,7 @@ class SyncSaverMethods(DurableSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self._iterate(self._list_op(config, filter, before, limit))
+        return self._exec_iter(self._list_op(config, filter, before, limit))
 
     def put(
         self,
@@ -211,7 +427,7 @@ class SyncSaverMethods(DurableSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        return self._exec(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
 
     def put_writes(
         self,
@@ -220,18 +436,18 @@ class SyncSaverMethods(DurableSaverBase):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(self._put_writes_op(config, writes, task_id, task_path))
+        self._exec(self._put_writes_op(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
-        self._run(self._delete_thread_op(thread_id, tenant_id))
+        self._exec(self._delete_thread_op(thread_id, tenant_id))
 
     def delete_for_runs(self, run_ids: Sequence[str], *, tenant_id: str | None = None) -> None:
-        self._run(self._delete_for_runs_op(run_ids, tenant_id))
+        self._exec(self._delete_for_runs_op(run_ids, tenant_id))
 
     def copy_thread(
         self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
     ) -> None:
-        self._run(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
+        self._exec(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
 
     def prune(
         self,
@@ -240,7 +456,7 @@ class SyncSaverMethods(DurableSaverBase):
         strategy: str = "keep_latest",
         tenant_id: str | None = None,
     ) -> None:
-        self._run(self._prune_op(thread_ids, strategy, tenant_id))
+        self._exec(self._prune_op(thread_ids, strategy, tenant_id))
 
 
 class AsyncSaverMethods(DurableSaverBase):
@@ -262,9 +478,81 @@ class AsyncSaverMethods(DurableSaverBase):
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
 
+    async def _arun_keys(self, steps: Generator[Any, Any, Any]) -> Any:
+        """Drive a key-manager generator; keyring calls (KMS) run in a worker thread."""
+        result: Any = None
+        while True:
+            try:
+                step = steps.send(result)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(step, KeyCall):
+                result = await asyncio.to_thread(step.fn, *step.args)
+            else:
+                result = await self._arun(step)
+
+    async def _aexec(self, call: _Call) -> Any:
+        keys = self._keys
+        if keys is None or not call.keyed:
+            return await self._arun(call.make())
+        need: frozenset[int] = frozenset()
+        attempt = 0
+        while True:
+            if attempt or not keys.fresh(call.tenant, call.write):
+                await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            try:
+                return await self._arun(call.make())
+            except KeyMissing as missing:
+                attempt += 1
+                need = _next_need(missing, need, attempt)
+
+    async def _aexec_iter(self, call: _Call) -> AsyncIterator[Any]:
+        keys = self._keys
+        if keys is None:
+            async for item in self._aiterate(call.make()):
+                yield item
+            return
+        need: frozenset[int] = frozenset()
+        attempt = emitted = 0
+        while True:
+            if attempt or not keys.fresh(call.tenant, call.write):
+                await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            skip = emitted  # a restarted listing skips what the caller already has
+            try:
+                async for item in self._aiterate(call.make()):
+                    if skip:
+                        skip -= 1
+                        continue
+                    emitted += 1
+                    yield item
+                return
+            except KeyMissing as missing:
+                attempt += 1
+                need = _next_need(missing, need, attempt)
+
+    async def arotate_keys(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Async :meth:`SyncSaverMethods.rotate_keys`."""
+        self._bind_loop()
+        keys = self._admin_keys()
+        tenants = (
+            [tenant_id] if tenant_id is not None else await self._arun(self._ops.data_key_tenants())
+        )
+        summary = {"tenants": 0, "rewrapped": 0, "current": 0}
+        for tenant in tenants:
+            done, current = await self._arun_keys(keys.rotate(self._ops, str(tenant)))
+            summary["tenants"] += 1
+            summary["rewrapped"] += done
+            summary["current"] += current
+        return summary
+
+    async def ashred_tenant(self, tenant_id: str) -> int:
+        """Async :meth:`SyncSaverMethods.shred_tenant`."""
+        self._bind_loop()
+        return await self._arun_keys(self._admin_keys().shred(self._ops, str(tenant_id)))  # type: ignore[no-any-return]
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self._bind_loop()
-        return await self._arun(self._get_op(config))  # type: ignore[no-any-return]
+        return await self._aexec(self._get_op(config))  # type: ignore[no-any-return]
 
     async def alist(
         self,
@@ -275,7 +563,7 @@ class AsyncSaverMethods(DurableSaverBase):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         self._bind_loop()
-        async for item in self._aiterate(self._list_op(config, filter, before, limit)):
+        async for item in self._aexec_iter(self._list_op(config, filter, before, limit)):
             yield item
 
     async def aput(
@@ -286,7 +574,7 @@ class AsyncSaverMethods(DurableSaverBase):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         self._bind_loop()
-        return await self._arun(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        return await self._aexec(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
 
     async def aput_writes(
         self,
@@ -296,20 +584,20 @@ class AsyncSaverMethods(DurableSaverBase):
         task_path: str = "",
     ) -> None:
         self._bind_loop()
-        await self._arun(self._put_writes_op(config, writes, task_id, task_path))
+        await self._aexec(self._put_writes_op(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
-        await self._arun(self._delete_thread_op(thread_id, tenant_id))
+        await self._aexec(self._delete_thread_op(thread_id, tenant_id))
 
     async def adelete_for_runs(
         self, run_ids: Sequence[str], *, tenant_id: str | None = None
     ) -> None:
-        await self._arun(self._delete_for_runs_op(run_ids, tenant_id))
+        await self._aexec(self._delete_for_runs_op(run_ids, tenant_id))
 
     async def acopy_thread(
         self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
     ) -> None:
-        await self._arun(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
+        await self._aexec(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
 
     async def aprune(
         self,
@@ -318,7 +606,7 @@ class AsyncSaverMethods(DurableSaverBase):
         strategy: str = "keep_latest",
         tenant_id: str | None = None,
     ) -> None:
-        await self._arun(self._prune_op(thread_ids, strategy, tenant_id))
+        await self._aexec(self._prune_op(thread_ids, strategy, tenant_id))
 
     # ---- sync access from other threads --------------------------------------
 

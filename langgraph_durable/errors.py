@@ -18,6 +18,8 @@ __all__ = [
     "MissingPartitionError",
     "CorruptRecordError",
     "UnsupportedOperationError",
+    "DecryptionError",
+    "KeyringError",
 ]
 
 
@@ -58,3 +60,18 @@ class CorruptRecordError(StorageError):
 
 class UnsupportedOperationError(DurableError, NotImplementedError):
     """The operation is not supported for this data (e.g. pruning a DeltaChannel thread)."""
+
+
+class DecryptionError(DurableError):
+    """A stored record could not be authenticated or decrypted.
+
+    Raised when a ciphertext fails authentication (altered, truncated, or moved
+    to another record), when a record lacks the encryption header while
+    encryption is on, and when the data key it needs is gone (shredded, or its
+    key-encryption key is no longer in the keyring). Nothing is deserialized
+    from a record that raised it.
+    """
+
+
+class KeyringError(DurableError):
+    """The keyring (local keys or AWS KMS) could not wrap or unwrap a data key."""

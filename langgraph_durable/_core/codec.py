@@ -36,7 +36,13 @@ from .records import (
     WriteRecord,
 )
 
-__all__ = ["RecordPipeline", "CheckpointCodec", "StoredCheckpoint", "ThreadKey"]
+__all__ = [
+    "RecordPipeline",
+    "CheckpointCodec",
+    "StoredCheckpoint",
+    "ThreadKey",
+    "PendingWrite",
+]
 
 _INLINE_TYPES = (str, int, float, bool)
 # Checkpoint format versions before 4 kept pending sends as writes of the parent.
@@ -54,8 +60,23 @@ class RecordPipeline(Protocol):
         """Verify and turn stored bytes back into a value."""
         ...
 
-    def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
+    binds_identity: bool
+    """Whether a sealed payload only opens under its own identity (encryption)."""
+
+    def metadata_index(self, tenant: str, metadata: dict[str, Any]) -> dict[str, Any]:
         """The part of the metadata that is stored in clear for filtering."""
+        ...
+
+    def split_filter(
+        self, tenant: str, filter: dict[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(what backends match against the clear index, what is matched after decoding)."""
+        ...
+
+    def check_metadata(
+        self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed
+    ) -> None:
+        """Raise if the stored clear index disagrees with the opened metadata."""
         ...
 
     def serialize(self, value: Any) -> tuple[str, bytes]:
@@ -92,6 +113,26 @@ class ThreadKey(tuple):  # noqa: SLOT001 - tiny value type
         return self[3]  # type: ignore[no-any-return]
 
 
+class PendingWrite(tuple):
+    """A pending write as ``CheckpointTuple.pending_writes`` holds it: (task_id, channel, value).
+
+    Compares and unpacks as that 3-tuple; also carries where it was stored
+    (``task_path`` and ``idx``), so a copy can store it again the same way.
+    """
+
+    task_path: str
+    idx: int
+
+    def __new__(cls, task_id: str, channel: str, value: Any, task_path: str, idx: int) -> Any:
+        out = tuple.__new__(cls, (task_id, channel, value))
+        out.task_path = task_path
+        out.idx = idx
+        return out
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return (*self, self.task_path, self.idx)
+
+
 class StoredCheckpoint:
     """The parts of one stored checkpoint as a backend reads them back."""
 
@@ -106,6 +147,7 @@ class StoredCheckpoint:
         "bases",
         "writes",
         "parent_sends",
+        "metadata_index",
     )
 
     def __init__(
@@ -121,6 +163,7 @@ class StoredCheckpoint:
         bases: Mapping[tuple[str, str], Sealed | BlobDelta | None] | None = None,
         writes: Iterable[tuple[str, str, int, str, Sealed]] = (),
         parent_sends: Iterable[tuple[str, str, int, Sealed]] = (),
+        metadata_index: dict[str, Any] | None = None,
     ) -> None:
         self.thread = thread
         self.ns = ns
@@ -137,6 +180,9 @@ class StoredCheckpoint:
         # pending sends of the parent, for checkpoints older than format 4:
         # (task_id, task_path, idx, sealed)
         self.parent_sends = parent_sends
+        # the clear metadata index as stored (checked against the opened
+        # metadata when the pipeline encrypts); None when not read
+        self.metadata_index = metadata_index
 
 
 def _json_safe(value: Any) -> Any:
@@ -264,7 +310,7 @@ class CheckpointCodec:
             v=int(checkpoint.get("v", 1)),
             run_id=run_id if isinstance(run_id, str) else None,
             blob_refs=blob_refs,
-            metadata_index=self.pipeline.metadata_index(dict(full_metadata)),
+            metadata_index=self.pipeline.metadata_index(key.tenant, dict(full_metadata)),
             body=self.pipeline.seal(self._body_identity(key, checkpoint_id), body),
             metadata=self.pipeline.seal(self._metadata_identity(key, checkpoint_id), full_metadata),
             blobs=blobs,
@@ -380,9 +426,10 @@ class CheckpointCodec:
         metadata = self.pipeline.open(
             self._metadata_identity(pkey, stored.checkpoint_id), stored.metadata
         )
+        self.pipeline.check_metadata(tenant, metadata, stored.metadata_index, stored.metadata)
         writes = sorted(stored.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2]))
         pending = [
-            (
+            PendingWrite(
                 task_id,
                 channel,
                 self.pipeline.open(
@@ -397,8 +444,10 @@ class CheckpointCodec:
                     ),
                     sealed,
                 ),
+                path,
+                idx,
             )
-            for task_id, _path, idx, channel, sealed in writes
+            for task_id, path, idx, channel, sealed in writes
         ]
         return CheckpointTuple(
             config=self.config(pkey, stored.checkpoint_id),

@@ -13,6 +13,7 @@ __all__ = [
     "BlobDelta",
     "WriteRecord",
     "CheckpointRecord",
+    "StoredDataKey",
 ]
 
 
@@ -124,3 +125,20 @@ class CheckpointRecord:
     metadata: Sealed
     blobs: list[BlobRecord] = field(default_factory=list)
     tracked: list[tuple[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDataKey:
+    """One data-key version of a tenant as the backend stores it.
+
+    Attributes:
+        version: 1, 2, ... per tenant.
+        key_id: The keyring key that wrapped it (empty once shredded).
+        wrapped: The wrapped data key; None once shredded.
+        created: When it was made (Unix seconds).
+    """
+
+    version: int
+    key_id: str
+    wrapped: bytes | None
+    created: float

@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-__all__ = ["Emit", "Sleep", "Operation", "Stepper", "operation"]
+__all__ = ["Emit", "Sleep", "Operation", "Stepper", "operation", "select_emits", "collect_emits"]
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -81,6 +81,59 @@ def operation(
         return build
 
     return decorate if func is None else decorate(func)
+
+
+def select_emits(
+    steps: Generator[Any, Any, Any], keep: Callable[[Any], bool], limit: int | None
+) -> Generator[Any, Any, None]:
+    """Run a streaming operation, emitting only the items ``keep`` accepts, at most ``limit``.
+
+    Requests pass through unchanged (results and errors go back to ``steps``).
+    """
+    if limit == 0:
+        steps.close()
+        return None
+    emitted = 0
+    stepper = Stepper(steps)
+    step = stepper.first()
+    try:
+        while step is not None:
+            if isinstance(step, Emit):
+                if keep(step.value):
+                    yield step
+                    emitted += 1
+                    if limit is not None and emitted >= limit:
+                        return None
+                step = stepper.send(None)
+                continue
+            try:
+                result = yield step
+            except Exception as exc:
+                step = stepper.throw(exc)
+                continue
+            step = stepper.send(result)
+    finally:
+        stepper.close()
+    return None
+
+
+def collect_emits(steps: Generator[Any, Any, Any]) -> Generator[Any, Any, list[Any]]:
+    """Run a streaming operation inside another one; return the items it emitted."""
+    items: list[Any] = []
+    stepper = Stepper(steps)
+    step = stepper.first()
+    while step is not None:
+        if isinstance(step, Emit):
+            items.append(step.value)
+            step = stepper.send(None)
+            continue
+        try:
+            result = yield step
+        except Exception as exc:
+            step = stepper.throw(exc)
+            continue
+        step = stepper.send(result)
+    return items
 
 
 class Stepper:

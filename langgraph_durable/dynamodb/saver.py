@@ -22,6 +22,7 @@ from .._core.codec import CheckpointCodec
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
+from ..protect.encryption import Encryption
 from . import _driver
 from ._ops import DynamoDBOps, RetryPolicy, validate_table_name
 
@@ -188,6 +189,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         serde: SerializerProtocol | None = None,
         tenant: str | TenantResolver | None = None,
         clock: Callable[[], float] | None = None,
+        encryption: Encryption | None = None,
         **settings: Any,
     ) -> None:
         if options is not None and settings:
@@ -199,7 +201,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         if not isinstance(self.options, DynamoDBOptions):
             raise ConfigurationError(f"options must be DynamoDBOptions, got {options!r}")
         self._clock = clock or time.time
-        self._init_base(serde, tenant, self.options.default_tenant)
+        self._init_base(serde, tenant, self.options.default_tenant, encryption)
         self._owns_client = client is None
         self.client = (
             _driver.make_client(self.options) if client is None else _driver.check_client(client)

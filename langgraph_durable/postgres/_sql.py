@@ -20,6 +20,7 @@ Schema (all tables in one configurable schema):
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from collections.abc import Generator, Sequence
@@ -35,7 +36,7 @@ from .._core.codec import (
     encode_filter,
 )
 from .._core.epochs import EpochCache
-from .._core.records import Sealed
+from .._core.records import Sealed, StoredDataKey
 from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
@@ -185,6 +186,19 @@ BEGIN
 END
 $fn$;
 """,
+    # 4: the tenants' wrapped data keys (envelope encryption); wrapped is NULL once shredded
+    """
+CREATE TABLE {s}.data_keys (
+    tenant_id text NOT NULL,
+    version integer NOT NULL,
+    key_id text NOT NULL,
+    wrapped bytea,
+    created double precision NOT NULL,
+    rotated_at timestamptz,
+    shredded_at timestamptz,
+    PRIMARY KEY (tenant_id, version)
+);
+""",
 ]
 
 _W_ARRAYS = (
@@ -274,7 +288,8 @@ class PostgresOps:
             "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
             "bl.channels, bl.versions, bl.types, bl.blobs, "
             "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
-            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.epoch FROM ("
+            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.metadata_index, "
+            "c.epoch FROM ("
         )
         self._select_tail = self._tail(f"{s}.blobs", f"{s}.writes", "c.epoch")
         # Reads of one thread come in two forms. With the thread's epoch looked
@@ -779,6 +794,80 @@ class PostgresOps:
             )
         return None
 
+    # ---- data keys (envelope encryption) --------------------------------------
+
+    @operation
+    def data_keys(self, tenant: str) -> Generator[Any, Any, "builtins.list[StoredDataKey]"]:
+        """Every stored data-key version of a tenant, shredded ones included."""
+        rows = yield Query(
+            f"SELECT version, key_id, wrapped, created FROM {self._s}.data_keys "
+            "WHERE tenant_id = %(tenant)s ORDER BY version",
+            {"tenant": tenant},
+            "all",
+        )
+        return [
+            StoredDataKey(int(v), k, None if w is None else bytes(w), float(c))
+            for v, k, w, c in rows
+        ]
+
+    @operation
+    def add_data_key(self, tenant: str, key: StoredDataKey) -> Generator[Any, Any, bool]:
+        """Store a new data-key version; False if that version exists."""
+        row = yield Query(
+            f"INSERT INTO {self._s}.data_keys (tenant_id, version, key_id, wrapped, created) "
+            "VALUES (%(tenant)s, %(version)s, %(key_id)s, %(wrapped)s, %(created)s) "
+            "ON CONFLICT DO NOTHING RETURNING version",
+            {
+                "tenant": tenant,
+                "version": key.version,
+                "key_id": key.key_id,
+                "wrapped": key.wrapped,
+                "created": key.created,
+            },
+            "one",
+        )
+        return row is not None
+
+    @operation
+    def rewrap_data_key(
+        self, tenant: str, version: int, old_wrapped: bytes, key_id: str, wrapped: bytes
+    ) -> Generator[Any, Any, bool]:
+        """Replace one version's wrapped key if it is still ``old_wrapped``."""
+        row = yield Query(
+            f"UPDATE {self._s}.data_keys SET key_id = %(key_id)s, wrapped = %(wrapped)s, "
+            "rotated_at = now() WHERE tenant_id = %(tenant)s AND version = %(version)s "
+            "AND wrapped = %(old)s RETURNING version",
+            {
+                "tenant": tenant,
+                "version": version,
+                "old": old_wrapped,
+                "key_id": key_id,
+                "wrapped": wrapped,
+            },
+            "one",
+        )
+        return row is not None
+
+    @operation
+    def shred_data_keys(self, tenant: str) -> Generator[Any, Any, int]:
+        """Delete every wrapped data key of a tenant (the versions stay as tombstones)."""
+        rows = yield Query(
+            f"UPDATE {self._s}.data_keys SET wrapped = NULL, key_id = '', "
+            "shredded_at = now() WHERE tenant_id = %(tenant)s AND wrapped IS NOT NULL "
+            "RETURNING version",
+            {"tenant": tenant},
+            "all",
+        )
+        return len(rows)
+
+    @operation
+    def data_key_tenants(self) -> Generator[Any, Any, "builtins.list[str]"]:
+        """Every tenant with stored data keys."""
+        rows = yield Query(
+            f"SELECT DISTINCT tenant_id FROM {self._s}.data_keys ORDER BY tenant_id", {}, "all"
+        )
+        return [r[0] for r in rows]
+
 
 def text_array(values: Any) -> str:
     """A PostgreSQL text[] literal of ``values`` (each quoted and escaped).
@@ -843,6 +932,7 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         s_idxs,
         s_types,
         s_blobs,
+        metadata_index,
         _epoch,
     ) = row
     blobs = list(
@@ -871,4 +961,5 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         blobs=blobs,
         writes=cast("list[tuple[str, str, int, str, Sealed]]", writes),
         parent_sends=cast("list[tuple[str, str, int, Sealed]]", sends),
+        metadata_index=metadata_index,
     )

@@ -18,6 +18,7 @@ from .._core.codec import CheckpointCodec
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
+from ..protect.encryption import Encryption
 from . import _driver
 from ._sql import PostgresOps, validate_schema_name
 
@@ -111,11 +112,12 @@ class _PostgresSaverBase(DurableSaverBase):
         prepare_threshold: int | None = 5,
         pool_size: int = 4,
         pool_timeout: float = 30.0,
+        encryption: Encryption | None = None,
     ) -> None:
         self.options = _options(
             schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
         )
-        self._init_base(serde, tenant, default_tenant)
+        self._init_base(serde, tenant, default_tenant, encryption)
         self._conn = self._connector(conn, self.options)
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
@@ -147,6 +149,9 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
             transaction mode); otherwise hot-path statements are prepared.
         pool_size: Pool size when ``conn`` is a URL.
         pool_timeout: Seconds to wait for a connection from that pool.
+        encryption: Envelope encryption of every stored payload
+            (:class:`~langgraph_durable.protect.Encryption`); None stores
+            payloads serialized only.
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:

@@ -1,12 +1,21 @@
 """The record pipeline: redaction, serialization and encryption of stored payloads.
 
-Every payload-bearing field a backend stores passes through a
-:class:`~langgraph_durable.protect.pipeline.RecordPipeline` on the way in and
-out. Today the package ships the identity pipeline (serialize only);
-redaction and envelope encryption plug in here without changing any
-backend's storage shape.
+Every payload-bearing field a backend stores passes through one record
+pipeline on the way in and out (``redact -> serialize -> encrypt``, and back,
+verifying before deserializing). Without settings it serializes only
+(:class:`IdentityPipeline`); with ``encryption=Encryption(keyring)`` on a saver
+every payload is encrypted and bound to its record identity.
 """
 
+from .encryption import Encryption, EncryptionPipeline
+from .keyring import KeyProvider, KmsKeyring, LocalKeyring
 from .pipeline import IdentityPipeline
 
-__all__ = ["IdentityPipeline"]
+__all__ = [
+    "Encryption",
+    "EncryptionPipeline",
+    "IdentityPipeline",
+    "KeyProvider",
+    "KmsKeyring",
+    "LocalKeyring",
+]

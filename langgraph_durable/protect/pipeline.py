@@ -24,6 +24,8 @@ class IdentityPipeline:
         serde: The LangGraph serializer (the saver's ``serde``).
     """
 
+    binds_identity = False
+
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
 
@@ -39,8 +41,18 @@ class IdentityPipeline:
                 f"(checkpoint {identity.checkpoint_id or '-'}, key {identity.key or '-'}): {exc}"
             ) from exc
 
-    def metadata_index(self, metadata: dict[str, Any]) -> dict[str, Any]:
+    def metadata_index(self, tenant: str, metadata: dict[str, Any]) -> dict[str, Any]:
         return json_safe_metadata(metadata)
+
+    def split_filter(
+        self, tenant: str, filter: dict[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        return filter, None
+
+    def check_metadata(
+        self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed
+    ) -> None:
+        return None
 
     def serialize(self, value: Any) -> tuple[str, bytes]:
         return self.serde.dumps_typed(value)

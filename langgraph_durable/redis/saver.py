@@ -20,6 +20,7 @@ from .._core.delta import DEFAULT_MAX_CHAIN
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
+from ..protect.encryption import Encryption
 from . import _driver
 from ._ops import LIST_PAGE_SIZE, KeyLayout, RedisOps, SetupResult, validate_prefix
 
@@ -109,6 +110,7 @@ class _RedisSaverBase(DurableSaverBase):
         page_size: int = LIST_PAGE_SIZE,
         delta_chain: int = DEFAULT_MAX_CHAIN,
         options: RedisOptions | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         if options is None:
             options = RedisOptions(
@@ -123,7 +125,7 @@ class _RedisSaverBase(DurableSaverBase):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
         self._conn = self._driver_type(conn)
-        self._init_base(serde, tenant, options.default_tenant)
+        self._init_base(serde, tenant, options.default_tenant, encryption)
 
     def _delta_chain(self) -> int:
         return self.options.delta_chain
