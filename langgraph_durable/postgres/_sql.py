@@ -797,7 +797,7 @@ class PostgresOps:
     # ---- data keys (envelope encryption) --------------------------------------
 
     @operation
-    def data_keys(self, tenant: str) -> Generator[Any, Any, "builtins.list[StoredDataKey]"]:
+    def data_keys(self, tenant: str) -> Generator[Any, Any, builtins.list[StoredDataKey]]:
         """Every stored data-key version of a tenant, shredded ones included."""
         rows = yield Query(
             f"SELECT version, key_id, wrapped, created FROM {self._s}.data_keys "
@@ -861,7 +861,7 @@ class PostgresOps:
         return len(rows)
 
     @operation
-    def data_key_tenants(self) -> Generator[Any, Any, "builtins.list[str]"]:
+    def data_key_tenants(self) -> Generator[Any, Any, builtins.list[str]]:
         """Every tenant with stored data keys."""
         rows = yield Query(
             f"SELECT DISTINCT tenant_id FROM {self._s}.data_keys ORDER BY tenant_id", {}, "all"
