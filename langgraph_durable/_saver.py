@@ -346,6 +346,14 @@ class SyncSaverMethods(DurableSaverBase):
                 return stop.value
             result = step.fn(*step.args) if isinstance(step, KeyCall) else self._run(step)
 
+    def _ensure_keys(
+        self, keys: KeyManager, call: _Call, need: frozenset[int], attempt: int
+    ) -> None:
+        if attempt or not keys.fresh(call.tenant, call.write):
+            with keys.lock(call.tenant):  # concurrent first calls load (and create) once
+                if attempt or not keys.fresh(call.tenant, call.write):
+                    self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+
     def _exec(self, call: _Call) -> Any:
         keys = self._keys
         if keys is None or not call.keyed:
@@ -353,8 +361,7 @@ class SyncSaverMethods(DurableSaverBase):
         need: frozenset[int] = frozenset()
         attempt = 0
         while True:
-            if attempt or not keys.fresh(call.tenant, call.write):
-                self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            self._ensure_keys(keys, call, need, attempt)
             try:
                 return self._run(call.make())
             except KeyMissing as missing:
@@ -369,8 +376,7 @@ class SyncSaverMethods(DurableSaverBase):
         need: frozenset[int] = frozenset()
         attempt = emitted = 0
         while True:
-            if attempt or not keys.fresh(call.tenant, call.write):
-                self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            self._ensure_keys(keys, call, need, attempt)
             skip = emitted  # a restarted listing skips what the caller already has
             try:
                 for item in self._iterate(call.make()):
@@ -491,6 +497,14 @@ class AsyncSaverMethods(DurableSaverBase):
             else:
                 result = await self._arun(step)
 
+    async def _aensure_keys(
+        self, keys: KeyManager, call: _Call, need: frozenset[int], attempt: int
+    ) -> None:
+        if attempt or not keys.fresh(call.tenant, call.write):
+            async with keys.alock(call.tenant):  # concurrent first calls load (and create) once
+                if attempt or not keys.fresh(call.tenant, call.write):
+                    await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+
     async def _aexec(self, call: _Call) -> Any:
         keys = self._keys
         if keys is None or not call.keyed:
@@ -498,8 +512,7 @@ class AsyncSaverMethods(DurableSaverBase):
         need: frozenset[int] = frozenset()
         attempt = 0
         while True:
-            if attempt or not keys.fresh(call.tenant, call.write):
-                await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            await self._aensure_keys(keys, call, need, attempt)
             try:
                 return await self._arun(call.make())
             except KeyMissing as missing:
@@ -515,8 +528,7 @@ class AsyncSaverMethods(DurableSaverBase):
         need: frozenset[int] = frozenset()
         attempt = emitted = 0
         while True:
-            if attempt or not keys.fresh(call.tenant, call.write):
-                await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
+            await self._aensure_keys(keys, call, need, attempt)
             skip = emitted  # a restarted listing skips what the caller already has
             try:
                 async for item in self._aiterate(call.make()):

@@ -10,6 +10,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,19 @@ def dynamodb_table(dynamodb_endpoint: str) -> Iterator[str]:
     name = new_dynamodb_table_name()
     yield name
     delete_dynamodb_table(dynamodb_endpoint, name)
+
+
+# --------------------------------------------------------------------------- kms
+
+
+@pytest.fixture
+def kms_client(dynamodb_endpoint: str) -> Any:
+    """A boto3 KMS client on ``LGD_KMS_ENDPOINT``, else on the rig's moto server.
+
+    moto's server answers every AWS API, KMS included, and enforces the
+    encryption context on Decrypt.
+    """
+    import boto3
+
+    endpoint = os.environ.get("LGD_KMS_ENDPOINT") or dynamodb_endpoint
+    return boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1")

@@ -20,6 +20,7 @@ call, which may reach KMS); the saver runs each and sends the result back.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -213,6 +214,22 @@ class KeyManager:
         self.max_key_uses = max_key_uses
         self.index_keys = index_keys
         self.now = now
+        self._locks: dict[str, threading.Lock] = {}
+        self._alocks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, tenant: str) -> threading.Lock:
+        """The lock sync callers hold while loading ``tenant``'s keys (one load at a time)."""
+        lock = self._locks.get(tenant)
+        if lock is None:
+            lock = self._locks.setdefault(tenant, threading.Lock())
+        return lock
+
+    def alock(self, tenant: str) -> asyncio.Lock:
+        """The lock async callers (on the saver's loop) hold while loading ``tenant``'s keys."""
+        lock = self._alocks.get(tenant)
+        if lock is None:
+            lock = self._alocks.setdefault(tenant, asyncio.Lock())
+        return lock
 
     def fresh(self, tenant: str, write: bool) -> bool:
         """Whether a call of ``tenant`` can run on what is cached (the hot path)."""

@@ -18,6 +18,10 @@ afterwards:
   (moto's server, credentials and region from the environment); a table with a unique
   name, created by ``setup()`` and deleted.
 
+``durable_pg_enc``, ``durable_redis_enc_async`` and ``durable_dynamodb_enc_async`` are
+one saver per backend again with envelope encryption on (a local keyring made per
+process).
+
 ``upstream_pg`` / ``upstream_pg_async`` run the stock ``langgraph-checkpoint-postgres``
 savers through the same plumbing (confined to the schema via ``search_path``), as a
 baseline for our own results.
@@ -119,12 +123,18 @@ def _with_search_path(url: str, schema: str) -> str:
 # --- our savers ------------------------------------------------------------------
 
 
+def _encryption() -> Any:
+    from langgraph_durable.protect import Encryption, LocalKeyring
+
+    return Encryption(LocalKeyring({"suite": secrets.token_bytes(32)}, "suite"))
+
+
 @contextmanager
-def durable_pg() -> Iterator[Any]:
+def durable_pg(encryption: Any = None) -> Iterator[Any]:
     from langgraph_durable.postgres import PostgresSaver
 
     with _sync_schema() as (url, schema):
-        with PostgresSaver.from_conn_string(url, schema=schema) as saver:
+        with PostgresSaver.from_conn_string(url, schema=schema, encryption=encryption) as saver:
             saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -178,11 +188,13 @@ def durable_redis() -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def durable_redis_async() -> AsyncIterator[Any]:
+async def durable_redis_async(encryption: Any = None) -> AsyncIterator[Any]:
     from langgraph_durable.redis import AsyncRedisSaver
 
     with _redis_prefix() as (url, prefix):
-        async with AsyncRedisSaver.from_conn_string(url, prefix=prefix) as saver:
+        async with AsyncRedisSaver.from_conn_string(
+            url, prefix=prefix, encryption=encryption
+        ) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -217,11 +229,11 @@ def durable_dynamodb() -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def durable_dynamodb_async() -> AsyncIterator[Any]:
+async def durable_dynamodb_async(encryption: Any = None) -> AsyncIterator[Any]:
     from langgraph_durable.dynamodb import AsyncDynamoDBSaver
 
     with _dynamodb_table() as conn_string:
-        async with AsyncDynamoDBSaver.from_conn_string(conn_string) as saver:
+        async with AsyncDynamoDBSaver.from_conn_string(conn_string, encryption=encryption) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -259,12 +271,15 @@ SYNC_FACTORIES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "durable_pg": durable_pg,
     "durable_redis": durable_redis,
     "durable_dynamodb": durable_dynamodb,
+    "durable_pg_enc": lambda: durable_pg(_encryption()),
     "upstream_pg": upstream_pg,
 }
 ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
     "durable_pg_async": durable_pg_async,
     "durable_redis_async": durable_redis_async,
     "durable_dynamodb_async": durable_dynamodb_async,
+    "durable_redis_enc_async": lambda: durable_redis_async(_encryption()),
+    "durable_dynamodb_enc_async": lambda: durable_dynamodb_async(_encryption()),
     "upstream_pg_async": upstream_pg_async,
 }
 #: The test rig's service (see tests/servers.py) each saver needs.
@@ -275,6 +290,9 @@ SERVICE_OF: dict[str, str] = {
     "durable_redis_async": "redis",
     "durable_dynamodb": "dynamodb",
     "durable_dynamodb_async": "dynamodb",
+    "durable_pg_enc": "postgres",
+    "durable_redis_enc_async": "redis",
+    "durable_dynamodb_enc_async": "dynamodb",
     "upstream_pg": "postgres",
     "upstream_pg_async": "postgres",
 }

@@ -75,10 +75,14 @@ ALIASES = {
         "durable_redis_async",
         "durable_dynamodb",
         "durable_dynamodb_async",
+        "durable_pg_enc",
+        "durable_redis_enc_async",
+        "durable_dynamodb_enc_async",
     ),
-    "postgres": ("durable_pg", "durable_pg_async"),
-    "redis": ("durable_redis", "durable_redis_async"),
-    "dynamodb": ("durable_dynamodb", "durable_dynamodb_async"),
+    "postgres": ("durable_pg", "durable_pg_async", "durable_pg_enc"),
+    "redis": ("durable_redis", "durable_redis_async", "durable_redis_enc_async"),
+    "dynamodb": ("durable_dynamodb", "durable_dynamodb_async", "durable_dynamodb_enc_async"),
+    "encrypted": ("durable_pg_enc", "durable_redis_enc_async", "durable_dynamodb_enc_async"),
     "upstream": ("upstream_pg", "upstream_pg_async"),
 }
 REQUIRED_MODULES = {
@@ -539,9 +543,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         action="append",
         metavar="NAME",
         help="saver to run (repeatable): durable_pg, durable_pg_async, durable_redis, "
-        "durable_redis_async, durable_dynamodb, durable_dynamodb_async, upstream_pg, "
+        "durable_redis_async, durable_dynamodb, durable_dynamodb_async, durable_pg_enc, "
+        "durable_redis_enc_async, durable_dynamodb_enc_async, upstream_pg, "
         "upstream_pg_async, or the groups 'durable' (default: all of ours), 'postgres', "
-        "'redis', 'dynamodb', 'upstream', 'all'",
+        "'redis', 'dynamodb', 'encrypted', 'upstream', 'all'",
     )
     parser.add_argument(
         "--files",

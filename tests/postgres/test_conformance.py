@@ -66,3 +66,28 @@ async def test_sync_postgres_saver_conformance(pg_url: str) -> None:
     run = await run_conformance("PostgresSaver (sync, via SyncSaverAdapter)", factory)
     run.assert_full()
     assert run.passed() == 81 and run.failed() == 0, run.summary()
+
+
+async def test_encrypted_postgres_saver_conformance(pg_url: str) -> None:
+    """The whole suite again with envelope encryption on (sync saver, via the adapter)."""
+    from langgraph_durable.postgres import PostgresSaver
+    from tests.encryption_helpers import local_encryption
+
+    encryption = local_encryption()
+
+    async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
+        schema = _new_schema()
+        managed = PostgresSaver.from_conn_string(pg_url, schema=schema, encryption=encryption)
+        try:
+            saver = await asyncio.to_thread(managed.__enter__)
+            try:
+                await asyncio.to_thread(saver.setup)
+                yield SyncSaverAdapter(saver)
+            finally:
+                await asyncio.to_thread(managed.__exit__, None, None, None)
+        finally:
+            await _drop_schema(pg_url, schema)
+
+    run = await run_conformance("PostgresSaver (encrypted, sync via SyncSaverAdapter)", factory)
+    run.assert_full()
+    assert run.passed() == 81 and run.failed() == 0, run.summary()
