@@ -10,10 +10,12 @@ every payload is encrypted and bound to its record identity.
 from .encryption import Encryption, EncryptionPipeline
 from .keyring import KeyProvider, KmsKeyring, LocalKeyring
 from .pipeline import IdentityPipeline
+from .serde import EnvelopeSerializer
 
 __all__ = [
     "Encryption",
     "EncryptionPipeline",
+    "EnvelopeSerializer",
     "IdentityPipeline",
     "KeyProvider",
     "KmsKeyring",
