@@ -279,11 +279,24 @@ class EncryptionPipeline(IdentityPipeline):
         for key, value in filter.items():
             if key in self._clear:
                 server[key] = value
-            elif key in self._searchable:
+            elif key in self._searchable and self._has_index_key(tenant):
                 server[key] = self._blind(tenant, key, value)
             else:
                 client[key] = value
         return server or None, client or None
+
+    def _has_index_key(self, tenant: str) -> bool:
+        """Whether searchable keys of ``tenant`` can be matched on their blind index.
+
+        A tenant with no live data key (nothing written yet, shredded, or only
+        plaintext records) has none: its filters are matched after opening.
+        An unloaded tenant raises ``KeyMissing`` so the saver loads it first.
+        """
+        state = self.cache.get(tenant)
+        if state is not None and state.index_key is None:
+            return False
+        self.cache.index_key(tenant)
+        return True
 
     def check_metadata(
         self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed

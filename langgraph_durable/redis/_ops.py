@@ -24,6 +24,12 @@ share a tag and every key of a thread lives in one cluster slot)::
     P:{T}:i   zset   "<ns>\\0<id>", score 0: by namespace, then id
     P:{T}:n   zset   "<id>\\0<ns>", score 0: by id across namespaces
     P:threads:{tenant}   zset   thread id -> server time (ms) it was registered
+    P:keys:{tenant}      hash   data-key version -> msgpack [key id, wrapped key
+                                or nil once shredded, created (Unix seconds)]
+    P:key-tenants        set    tenants that have data keys (envelope encryption)
+
+The data-key hashes and their set never expire and are not touched by
+``delete_thread`` or ``prune``: a tenant's keys outlive its threads.
 
 Six keys per thread whatever its size, so a TTL refresh costs six commands.
 Identifiers may not contain NUL, which separates the parts of a field; checkpoint
@@ -37,6 +43,7 @@ channel of a frame without touching its payload.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import heapq
 import json
@@ -53,7 +60,14 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.filters import metadata_matches, normalize_filter
-from .._core.records import BlobDelta, BlobRecord, CheckpointRecord, Sealed, WriteRecord
+from .._core.records import (
+    BlobDelta,
+    BlobRecord,
+    CheckpointRecord,
+    Sealed,
+    StoredDataKey,
+    WriteRecord,
+)
 from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
@@ -677,6 +691,24 @@ return 0
 """,
 )
 
+# KEYS: a tenant's data-key hash. ARGV: (version, expected value, new value)
+# triples. Replaces each version whose stored value still is the expected one
+# (compare-and-set on the bytes Python packed); returns how many it replaced.
+SWAP_DATA_KEYS = _index_lua(
+    "swap_data_keys",
+    "allow-oom",
+    r"""
+local n = 0
+for j = 1, #ARGV, 3 do
+  if redis.call('HGET', KEYS[1], ARGV[j]) == ARGV[j + 1] then
+    redis.call('HSET', KEYS[1], ARGV[j], ARGV[j + 2])
+    n = n + 1
+  end
+end
+return n
+""",
+)
+
 #: Every script, for ``setup()`` to load.
 SCRIPTS: tuple[LuaScript, ...] = (
     PUT,
@@ -692,6 +724,7 @@ SCRIPTS: tuple[LuaScript, ...] = (
     MERGE,
     INDEX_PAGE,
     INDEX_FORGET,
+    SWAP_DATA_KEYS,
 )
 
 
@@ -752,6 +785,14 @@ class KeyLayout:
     def tenant_index(self, tenant: str) -> str:
         """The sorted set of a tenant's thread ids (its own slot)."""
         return f"{self.prefix}:threads:{{{_tag_part(tenant)}}}"
+
+    def data_keys(self, tenant: str) -> str:
+        """The hash of a tenant's data-key versions (one slot, never expires)."""
+        return f"{self.prefix}:keys:{{{_tag_part(tenant)}}}"
+
+    def key_tenants(self) -> str:
+        """The set of tenants that have data keys."""
+        return f"{self.prefix}:key-tenants"
 
 
 def split_cluster_url(url: str) -> tuple[str, bool]:
@@ -883,6 +924,38 @@ def decode_frames(blob: bytes) -> Iterator[tuple[str, str, int, str, Sealed]]:
         raise CorruptRecordError(f"a stored write frame cannot be read: {exc}") from exc
 
 
+def encode_data_key(key: StoredDataKey) -> bytes:
+    """A data-key version as its hash field stores it (the version is the field)."""
+    return _pack([key.key_id, key.wrapped, float(key.created)])
+
+
+def decode_data_key(version: Any, raw: bytes) -> StoredDataKey:
+    """What ``encode_data_key`` stored under field ``version``.
+
+    Raises:
+        CorruptRecordError: The field or the value is not one the saver wrote.
+    """
+    try:
+        key_id, wrapped, created = ormsgpack.unpackb(raw)
+        return StoredDataKey(
+            int(_text(version)),
+            str(key_id),
+            None if wrapped is None else bytes(wrapped),
+            float(created),
+        )
+    except (ValueError, TypeError) as exc:
+        raise CorruptRecordError(
+            f"stored data-key version {_text(version)!r} cannot be read: {exc}"
+        ) from exc
+
+
+def _hash_pairs(reply: Any) -> list[tuple[bytes, bytes]]:
+    """The (field, value) pairs of an HGETALL reply (redis-py's dict, or a flat list)."""
+    if isinstance(reply, dict):
+        return [(bytes(k), bytes(v)) for k, v in reply.items()]
+    return list(_pairs(list(reply or [])))
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
 
@@ -894,7 +967,17 @@ class _Entry:
     same reply: a script sends a blob once per reply.
     """
 
-    __slots__ = ("ns", "checkpoint_id", "header", "payload", "blobs", "bases", "writes", "sends")
+    __slots__ = (
+        "ns",
+        "checkpoint_id",
+        "header",
+        "payload",
+        "blobs",
+        "bases",
+        "writes",
+        "sends",
+        "_index",
+    )
 
     def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], Any]) -> None:
         try:
@@ -908,6 +991,7 @@ class _Entry:
             raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
         self.writes: list[Any] = list(writes or [])
         self.sends: list[Any] = list(sends or [])
+        self._index: dict[str, Any] | None = None
 
     def _walk(
         self, refs: Sequence[str], values: list[Any], seen: dict[tuple[str, str, str], Any]
@@ -950,15 +1034,27 @@ class _Entry:
         return blobs, bases
 
     def metadata_index(self) -> dict[str, Any]:
-        try:
-            index = json.loads(self.payload[0])
-        except (ValueError, TypeError, IndexError) as exc:
-            raise CorruptRecordError(
-                f"checkpoint {self.checkpoint_id}: stored metadata index cannot be read: {exc}"
-            ) from exc
-        return index if isinstance(index, dict) else {}
+        """The clear metadata index as stored (parsed once per entry).
+
+        Not a dict (altered storage) reads as ``{}``, which the encryption
+        pipeline then finds differs from the encrypted metadata.
+        """
+        if self._index is None:
+            try:
+                index = json.loads(self.payload[0])
+            except (ValueError, TypeError, IndexError) as exc:
+                raise CorruptRecordError(
+                    f"checkpoint {self.checkpoint_id}: stored metadata index cannot be read: {exc}"
+                ) from exc
+            self._index = index if isinstance(index, dict) else {}
+        return self._index
 
     def stored(self, thread: str) -> StoredCheckpoint:
+        """The checkpoint for the codec, with its stored clear metadata index.
+
+        The codec's pipeline compares that index with the opened metadata (when
+        it encrypts), so an altered clear index fails like altered ciphertext.
+        """
         try:
             _v, parent, _run, _refs, _delta = self.header
             _index, c_type, c_data, m_type, m_data = self.payload
@@ -984,6 +1080,7 @@ class _Entry:
             bases=self.bases,
             writes=writes,
             parent_sends=sends,
+            metadata_index=self.metadata_index(),
         )
 
 
@@ -1529,6 +1626,91 @@ class RedisOps:
                 if int(deleted) < 0:  # a DeltaChannel checkpoint arrived meanwhile
                     raise _delta_refusal(thread)
         return None
+
+    # ---- data keys (envelope encryption) --------------------------------------
+
+    @operation
+    def data_keys(self, tenant: str) -> Generator[Any, Any, builtins.list[StoredDataKey]]:
+        """Every stored data-key version of a tenant, oldest first, shredded ones included."""
+        rows = yield from self._data_key_rows(_ident(tenant, "tenant id"))
+        return [row for _raw, row in rows]
+
+    def _data_key_rows(
+        self, tenant: str
+    ) -> Generator[Any, Any, builtins.list[tuple[bytes, StoredDataKey]]]:
+        """(stored value, decoded version) of each of a tenant's data keys, oldest first."""
+        reply = yield Command(("HGETALL", self.keys.data_keys(tenant)))
+        rows = [(raw, decode_data_key(f, raw)) for f, raw in _hash_pairs(reply)]
+        rows.sort(key=lambda item: item[1].version)
+        return rows
+
+    @operation
+    def add_data_key(self, tenant: str, key: StoredDataKey) -> Generator[Any, Any, bool]:
+        """Store a new data-key version unless it exists (HSETNX); whether it was stored.
+
+        The tenant joins the set of key tenants first, so a tenant with keys is
+        always listed (on a cluster the set is in another slot).
+        """
+        tenant = _ident(tenant, "tenant id")
+        yield Command(("SADD", self.keys.key_tenants(), tenant))
+        added = yield Command(
+            ("HSETNX", self.keys.data_keys(tenant), str(int(key.version)), encode_data_key(key))
+        )
+        return bool(int(added))
+
+    @operation
+    def rewrap_data_key(
+        self, tenant: str, version: int, old_wrapped: bytes, key_id: str, wrapped: bytes
+    ) -> Generator[Any, Any, bool]:
+        """Replace one version's wrapped key if it still is ``old_wrapped``.
+
+        Reads the version, then swaps it with a compare-and-set on the value
+        read (one script), so a concurrent rewrap or shred wins and this
+        returns False.
+        """
+        hash_key = self.keys.data_keys(_ident(tenant, "tenant id"))
+        field = str(int(version))
+        raw = yield Command(("HGET", hash_key, field))
+        if raw is None:
+            return False
+        row = decode_data_key(field, bytes(raw))
+        if row.wrapped is None or row.wrapped != bytes(old_wrapped):
+            return False
+        new = encode_data_key(StoredDataKey(row.version, key_id, bytes(wrapped), row.created))
+        swapped = yield Script(SWAP_DATA_KEYS, (hash_key,), (field, bytes(raw), new))
+        return bool(int(swapped))
+
+    @operation
+    def shred_data_keys(self, tenant: str) -> Generator[Any, Any, int]:
+        """Replace every live version's wrapped key with a tombstone; how many were live.
+
+        A tombstone keeps the version and its creation time (wrapped None, key
+        id empty), so a record naming it reads as shredded, not as missing. A
+        version rewrapped between the read and the swap is read and shredded
+        again.
+        """
+        tenant = _ident(tenant, "tenant id")
+        hash_key = self.keys.data_keys(tenant)
+        total = 0
+        while True:
+            rows = yield from self._data_key_rows(tenant)
+            live = [(raw, row) for raw, row in rows if row.wrapped is not None]
+            if not live:
+                return total
+            args: builtins.list[Any] = []
+            for raw, row in live:
+                tomb = StoredDataKey(row.version, "", None, row.created)
+                args.extend((str(row.version), raw, encode_data_key(tomb)))
+            done = int((yield Script(SWAP_DATA_KEYS, (hash_key,), tuple(args))))
+            total += done
+            if done == len(live):
+                return total
+
+    @operation
+    def data_key_tenants(self) -> Generator[Any, Any, builtins.list[str]]:
+        """Every tenant with stored data keys (shredded ones included), sorted."""
+        members = yield Command(("SMEMBERS", self.keys.key_tenants()))
+        return sorted(_text(m) for m in members or ())
 
 
 def _delta_refusal(thread: str) -> UnsupportedOperationError:

@@ -333,3 +333,17 @@ def test_copy_thread_reencrypts_for_the_target(saver: PostgresSaver) -> None:
         assert s_t.metadata == d_t.metadata
         assert s_t.pending_writes == d_t.pending_writes
         assert (s_t.parent_config is None) == (d_t.parent_config is None)
+
+
+def test_searchable_filter_of_a_tenant_without_live_keys(pg_url: str, pg_schema: str) -> None:
+    """Nothing written yet, or only plaintext rows: searchable keys are matched after opening."""
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as plain:
+        plain.setup()
+        plain.put(cfg("old"), make_cp(), {"source": "input", "step": -1, "user": "ann"}, {})
+    keyring = LocalKeyring({"k1": os.urandom(32)}, "k1")
+    enc = Encryption(keyring, searchable_metadata=("user",), allow_plaintext=True)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, encryption=enc) as s:
+        found = list(s.list(None, filter={"user": "ann"}))
+        assert [t.config["configurable"]["thread_id"] for t in found] == ["old"]
+        assert list(s.list(None, filter={"user": "bob"})) == []
+        assert list(s.list(cfg("x", tenant_id="nobody"), filter={"user": "ann"})) == []
