@@ -4,6 +4,9 @@ Subcommands:
 
 * ``demo``: kill a LangGraph agent with SIGKILL mid-run and resume it from PostgreSQL.
 * ``setup``: apply the PostgreSQL saver's schema migrations.
+* ``rotate-keys``: rewrap the tenants' data keys under the keyring's active key
+  (PostgreSQL, Redis or DynamoDB).
+* ``shred``: crypto-shred a tenant by deleting its data keys.
 
 Importing this package imports no database driver and no LangGraph; each command imports what
 it needs when it runs. Errors the user can act on (bad options, an unreachable database) are
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from langgraph_durable import __version__
-from langgraph_durable.cli import _demo, _setup
+from langgraph_durable.cli import _demo, _keys, _setup
 from langgraph_durable.cli._common import CommandError, one_line
 from langgraph_durable.errors import DurableError
 
@@ -31,9 +34,16 @@ _EXTRAS = {
     "psycopg": "postgres",
     "psycopg_pool": "postgres",
     "pgserver": "embedded",
+    "redis": "redis",
+    "boto3": "dynamodb",
+    "botocore": "dynamodb",
     "langgraph": "all",
     "langchain_core": "all",
 }
+
+
+# Drivers whose errors, when one escapes translation, are still reported in one line.
+_DRIVERS = ("psycopg", "psycopg_pool", "redis", "botocore", "boto3")
 
 
 class _UsageError(Exception):
@@ -59,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _demo.add_parser(subparsers)
     _setup.add_parser(subparsers)
+    _keys.add_parsers(subparsers)
     return parser
 
 
@@ -99,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{PROG} {args.command}: interrupted", code=130)
     except Exception as exc:
         # A driver error that escaped translation still deserves a one-line message.
-        if not type(exc).__module__.startswith(("psycopg", "psycopg_pool")):
+        if type(exc).__module__.partition(".")[0] not in _DRIVERS:
             raise
         return _fail(f"{PROG} {args.command}: database error: {one_line(exc)}")
 

@@ -18,10 +18,12 @@ from langgraph_durable.errors import ConfigurationError, StorageError, StorageUn
 __all__ = [
     "URL_ENV_VAR",
     "CommandError",
+    "ProgressBar",
     "connect",
     "mask_url",
     "one_line",
     "resolve_url",
+    "is_terminal",
     "say",
 ]
 
@@ -94,6 +96,67 @@ def say(out: TextIO, text: str = "") -> None:
         text: The line, without its newline.
     """
     print(text, file=out, flush=True)
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is an open terminal.
+
+    Args:
+        stream: A file object (``sys.stdin``, ``sys.stderr``...).
+
+    Returns:
+        ``True`` if its ``isatty()`` says so; ``False`` for anything else.
+    """
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None:
+        return False
+    try:
+        return bool(isatty())
+    except (OSError, ValueError):  # closed or detached
+        return False
+
+
+class ProgressBar:
+    """A one-line ``[#####     ] 12/40 tenants`` bar, redrawn in place with ``\\r``.
+
+    It draws only when its stream is a terminal, so redirected output and logs stay
+    free of control characters.
+
+    Args:
+        stream: Where to draw (``sys.stderr``).
+        total: The count that completes the bar.
+        unit: What is counted, after the numbers.
+        width: Characters inside the brackets.
+    """
+
+    def __init__(self, stream: TextIO, total: int, unit: str, width: int = 30) -> None:
+        self.stream = stream
+        self.total = total
+        self.unit = unit
+        self.width = width
+        self.enabled = is_terminal(stream) and total > 0
+        self._drawn = False
+
+    def update(self, done: int) -> None:
+        """Redraw the bar at ``done`` of ``total``.
+
+        Args:
+            done: How many are complete.
+        """
+        if not self.enabled:
+            return
+        filled = self.width * min(done, self.total) // self.total
+        bar = "#" * filled + " " * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {self.unit}")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """End the bar's line, so what follows starts on a line of its own."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
 
 
 @contextmanager

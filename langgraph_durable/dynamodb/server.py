@@ -8,12 +8,27 @@
 
 Settings come from the environment:
 
-======================== =========================================================
-``LGD_DYNAMODB_URL``     ``dynamodb://TABLE?region=...`` (``&endpoint=...`` for a
-                         local server) (required)
-``LGD_DYNAMODB_SETUP``   ``off`` skips ``setup()`` (table creation or checks) at start
-======================== =========================================================
+====================================== ============================================
+``LGD_DYNAMODB_URL``                   ``dynamodb://TABLE?region=...``
+                                       (``&endpoint=...`` for a local server)
+                                       (required)
+``LGD_DYNAMODB_SETUP``                 ``off`` skips ``setup()`` (table creation or
+                                       checks) at start
+``LGD_KEYRING``                        turns envelope encryption on with a local
+                                       keyring: ``ID=BASE64[,ID=BASE64...]``, the
+                                       first key active (``@PATH`` reads a file)
+``LGD_KMS_KEY_ID``                     turns it on with an AWS KMS key (id, ARN or
+                                       alias) instead
+``LGD_ENCRYPTION_CLEAR_METADATA``      metadata keys kept in clear, comma-separated
+                                       (default ``source,step,parents,run_id``;
+                                       ``none``: no key)
+``LGD_ENCRYPTION_SEARCHABLE_METADATA`` metadata keys kept as a keyed hash,
+                                       comma-separated (default: none)
+``LGD_ENCRYPTION_ALLOW_PLAINTEXT``     ``on`` reads records written before
+                                       encryption was turned on (migration mode)
+====================================== ============================================
 
+Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 AWS credentials come from boto3's usual chain (environment, profile, instance role).
 """
 
@@ -24,14 +39,20 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import env_flag, env_required, set_up_saver
+from .._server import encryption_from_env, env_flag, env_required, set_up_saver
 from .saver import AsyncDynamoDBSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The saver's connection string and whether to run ``setup()``, read from ``env``.
+    """The saver's connection string, encryption and whether to run ``setup()``.
+
+    Args:
+        env: The environment to read (default: ``os.environ``).
+
+    Returns:
+        ``{"url": ..., "encryption": Encryption | None, "setup": bool}``.
 
     Raises:
         ConfigurationError: ``LGD_DYNAMODB_URL`` is missing or a value is malformed.
@@ -39,6 +60,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     env = os.environ if env is None else env
     return {
         "url": env_required(env, "LGD_DYNAMODB_URL", "dynamodb://TABLE?region=REGION"),
+        "encryption": encryption_from_env(env),
         "setup": env_flag(env, "LGD_DYNAMODB_SETUP", True),
     }
 
@@ -47,7 +69,6 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
 async def checkpointer() -> AsyncIterator[AsyncDynamoDBSaver]:
     """An ``AsyncDynamoDBSaver`` configured from the environment, set up and closed."""
     settings = settings_from_env()
-    async with set_up_saver(
-        AsyncDynamoDBSaver.from_conn_string(settings["url"]), settings["setup"]
-    ) as saver:
+    opened = AsyncDynamoDBSaver.from_conn_string(settings["url"], encryption=settings["encryption"])
+    async with set_up_saver(opened, settings["setup"]) as saver:
         yield saver

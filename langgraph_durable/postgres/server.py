@@ -9,13 +9,29 @@ context manager that yields a ``BaseCheckpointSaver``::
 
 Settings come from the environment:
 
-========================== ===================================================
-``LGD_POSTGRES_URL``       libpq URL (required)
-``LGD_POSTGRES_SCHEMA``    schema of the saver's tables (default ``langgraph_durable``)
-``LGD_POSTGRES_POOL_SIZE`` connections in the saver's pool (default 4)
-``LGD_POSTGRES_PREPARE``   ``off`` disables prepared statements (PgBouncer)
-``LGD_POSTGRES_SETUP``     ``off`` skips ``setup()`` at start (run migrations elsewhere)
-========================== ===================================================
+====================================== =============================================
+``LGD_POSTGRES_URL``                   libpq URL (required)
+``LGD_POSTGRES_SCHEMA``                schema of the saver's tables (default
+                                       ``langgraph_durable``)
+``LGD_POSTGRES_POOL_SIZE``             connections in the saver's pool (default 4)
+``LGD_POSTGRES_PREPARE``               ``off`` disables prepared statements (PgBouncer)
+``LGD_POSTGRES_SETUP``                 ``off`` skips ``setup()`` at start (run
+                                       migrations elsewhere)
+``LGD_KEYRING``                        turns envelope encryption on with a local
+                                       keyring: ``ID=BASE64[,ID=BASE64...]``, the
+                                       first key active (``@PATH`` reads a file)
+``LGD_KMS_KEY_ID``                     turns it on with an AWS KMS key (id, ARN or
+                                       alias) instead
+``LGD_ENCRYPTION_CLEAR_METADATA``      metadata keys kept in clear, comma-separated
+                                       (default ``source,step,parents,run_id``;
+                                       ``none``: no key)
+``LGD_ENCRYPTION_SEARCHABLE_METADATA`` metadata keys kept as a keyed hash,
+                                       comma-separated (default: none)
+``LGD_ENCRYPTION_ALLOW_PLAINTEXT``     ``on`` reads records written before
+                                       encryption was turned on (migration mode)
+====================================== =============================================
+
+Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import env_flag, env_required, set_up_saver
+from .._server import encryption_from_env, env_flag, env_required, set_up_saver
 from ..errors import ConfigurationError
 from .saver import AsyncPostgresSaver
 
@@ -48,6 +64,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "schema": env.get("LGD_POSTGRES_SCHEMA", "langgraph_durable").strip(),
         "pool_size": int(pool),
         "prepare_threshold": 5 if env_flag(env, "LGD_POSTGRES_PREPARE", True) else None,
+        "encryption": encryption_from_env(env),
         "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
 

@@ -9,15 +9,29 @@ context manager that yields a ``BaseCheckpointSaver``::
 
 Settings come from the environment:
 
-==================================== ==============================================
-``LGD_REDIS_URL``                    ``redis://``, ``rediss://`` or ``redis+cluster://``
-                                     URL (required)
-``LGD_REDIS_PREFIX``                 key prefix (default ``lgd``)
-``LGD_REDIS_TTL``                    seconds a thread lives after its last write
-                                     (default: no expiry)
-``LGD_REDIS_REFRESH_TTL_ON_READ``    ``on`` makes reads restart the TTL too
-``LGD_REDIS_SETUP``                  ``off`` skips ``setup()`` at start
-==================================== ==============================================
+====================================== ============================================
+``LGD_REDIS_URL``                      ``redis://``, ``rediss://`` or
+                                       ``redis+cluster://`` URL (required)
+``LGD_REDIS_PREFIX``                   key prefix (default ``lgd``)
+``LGD_REDIS_TTL``                      seconds a thread lives after its last write
+                                       (default: no expiry)
+``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads restart the TTL too
+``LGD_REDIS_SETUP``                    ``off`` skips ``setup()`` at start
+``LGD_KEYRING``                        turns envelope encryption on with a local
+                                       keyring: ``ID=BASE64[,ID=BASE64...]``, the
+                                       first key active (``@PATH`` reads a file)
+``LGD_KMS_KEY_ID``                     turns it on with an AWS KMS key (id, ARN or
+                                       alias) instead
+``LGD_ENCRYPTION_CLEAR_METADATA``      metadata keys kept in clear, comma-separated
+                                       (default ``source,step,parents,run_id``;
+                                       ``none``: no key)
+``LGD_ENCRYPTION_SEARCHABLE_METADATA`` metadata keys kept as a keyed hash,
+                                       comma-separated (default: none)
+``LGD_ENCRYPTION_ALLOW_PLAINTEXT``     ``on`` reads records written before
+                                       encryption was turned on (migration mode)
+====================================== ============================================
+
+Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import env_flag, env_required, set_up_saver
+from .._server import encryption_from_env, env_flag, env_required, set_up_saver
 from ..errors import ConfigurationError
 from .saver import AsyncRedisSaver
 
@@ -60,6 +74,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "prefix": env.get("LGD_REDIS_PREFIX", "lgd").strip() or "lgd",
         "ttl": ttl,
         "refresh_ttl_on_read": env_flag(env, "LGD_REDIS_REFRESH_TTL_ON_READ", False),
+        "encryption": encryption_from_env(env),
         "setup": env_flag(env, "LGD_REDIS_SETUP", True),
     }
 
