@@ -3,7 +3,9 @@
 A backend driver supplies ``execute(request) -> result`` (sync or async) and
 ``translate(exc) -> DurableError``; this module handles everything else: items
 an operation emits (:class:`~langgraph_durable._core.sansio.Emit`), pauses it
-asks for (:class:`~langgraph_durable._core.sansio.Sleep`), throwing translated
+asks for (:class:`~langgraph_durable._core.sansio.Sleep`), blocking calls it
+needs (:class:`~langgraph_durable._core.sansio.Blocking`, in a worker thread
+when async), throwing translated
 errors back into the operation, and closing it when the caller stops early.
 """
 
@@ -14,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from ._core.sansio import Emit, Operation, Sleep, Stepper
+from ._core.sansio import Blocking, Emit, Operation, Sleep, Stepper
 
 __all__ = ["run", "iterate", "arun", "aiterate"]
 
@@ -32,6 +34,13 @@ def _steps(stepper: Stepper, execute: Callable[[Any], Any], translate: Translate
             elif isinstance(step, Sleep):
                 time.sleep(step.seconds)
                 step = stepper.send(None)
+            elif isinstance(step, Blocking):
+                try:
+                    result = step.fn(*step.args)
+                except Exception as exc:  # the keyring's own errors, not the backend's
+                    step = stepper.throw(exc)
+                    continue
+                step = stepper.send(result)
             else:
                 try:
                     result = execute(step)
@@ -55,6 +64,13 @@ async def _asteps(
             elif isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
                 step = stepper.send(None)
+            elif isinstance(step, Blocking):
+                try:
+                    result = await asyncio.to_thread(step.fn, *step.args)
+                except Exception as exc:  # the keyring's own errors, not the backend's
+                    step = stepper.throw(exc)
+                    continue
+                step = stepper.send(result)
             else:
                 try:
                     result = await execute(step)

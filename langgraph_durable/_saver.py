@@ -33,10 +33,10 @@ from ._core.codec import (
     thread_key,
 )
 from ._core.filters import metadata_matches, normalize_filter
-from ._core.sansio import Operation, collect_emits, select_emits
+from ._core.sansio import Operation, Sleep, collect_emits, select_emits
 from ._core.versions import next_version
 from .errors import ConfigurationError, DecryptionError, InvalidInputError
-from .protect.keys import KeyCall, KeyManager, KeyMissing
+from .protect.keys import KeyManager, KeyMissing
 from .protect.pipeline import IdentityPipeline
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ TenantResolver = Callable[[RunnableConfig | None], "str | None"]
 
 # Attempts at a call that keeps finding data-key versions it has not unwrapped.
 _KEY_ATTEMPTS = 8
+# Seconds between looks while another call loads the same tenant's keys.
+_LOAD_WAIT = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,64 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
         return self._keys
 
+    def _keyed(self, call: _Call) -> Operation[Any]:
+        """The call's operation, preceded by loading its tenant's keys when it needs them."""
+        if self._keys is None or not call.keyed:
+            return call.make()
+        return Operation(self._keyed_steps(self._keys, call))
+
+    def _keyed_steps(self, keys: KeyManager, call: _Call) -> Generator[Any, Any, Any]:
+        """Make the tenant's keys ready, run the call; on a key version not loaded, again.
+
+        A streaming call that is run again skips the items it already emitted.
+        """
+        need: frozenset[int] = frozenset()
+        attempt = emitted = 0
+        while True:
+            yield from self._ready_keys(keys, call, need, attempt)
+            skip = emitted
+
+            def keep(_item: Any) -> bool:
+                nonlocal skip, emitted
+                if skip:
+                    skip -= 1
+                    return False
+                emitted += 1
+                return True
+
+            try:
+                return (yield from select_emits(call.make().steps, keep, None))
+            except KeyMissing as missing:
+                attempt += 1
+                need = _next_need(missing, need, attempt)
+
+    def _ready_keys(
+        self, keys: KeyManager, call: _Call, need: frozenset[int], attempt: int
+    ) -> Generator[Any, Any, None]:
+        while attempt or not keys.fresh(call.tenant, call.write):
+            if keys.begin_load(call.tenant):
+                try:
+                    yield from keys.ensure(self._ops, call.tenant, need, call.write)
+                finally:
+                    keys.end_load(call.tenant)
+                return None
+            yield Sleep(_LOAD_WAIT)  # another call is loading this tenant's keys
+        return None
+
+    def _rotate_steps(self, tenant_id: str | None) -> Generator[Any, Any, dict[str, int]]:
+        keys = self._admin_keys()
+        if tenant_id is not None:
+            tenants = [str(tenant_id)]
+        else:
+            tenants = yield from self._ops.data_key_tenants().steps
+        summary = {"tenants": 0, "rewrapped": 0, "current": 0}
+        for tenant in tenants:
+            done, current = yield from keys.rotate(self._ops, tenant)
+            summary["tenants"] += 1
+            summary["rewrapped"] += done
+            summary["current"] += current
+        return summary
+
     def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
         return next_version(current)
 
@@ -176,12 +236,14 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> _Call:
+    ) -> Operation[Any]:
         key = self._key(config)
-        return _Call(
-            key.tenant,
-            lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
-            write=True,
+        return self._keyed(
+            _Call(
+                key.tenant,
+                lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
+                write=True,
+            )
         )
 
     def _put_writes_op(
@@ -190,7 +252,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> _Call:
+    ) -> Operation[Any]:
         key = self._key(config)
         checkpoint_id = config["configurable"].get("checkpoint_id")
         if not checkpoint_id:
@@ -198,18 +260,20 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint "
                 "the writes belong to)"
             )
-        return _Call(
-            key.tenant,
-            lambda: self._ops.put_writes(
-                key, str(checkpoint_id), writes, str(task_id), task_path or ""
-            ),
-            write=True,
+        return self._keyed(
+            _Call(
+                key.tenant,
+                lambda: self._ops.put_writes(
+                    key, str(checkpoint_id), writes, str(task_id), task_path or ""
+                ),
+                write=True,
+            )
         )
 
-    def _get_op(self, config: RunnableConfig) -> _Call:
+    def _get_op(self, config: RunnableConfig) -> Operation[Any]:
         key = self._key(config)
         checkpoint_id = config["configurable"].get("checkpoint_id")
-        return _Call(key.tenant, lambda: self._ops.get_tuple(key, checkpoint_id))
+        return self._keyed(_Call(key.tenant, lambda: self._ops.get_tuple(key, checkpoint_id)))
 
     def _list_op(
         self,
@@ -217,7 +281,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> _Call:
+    ) -> Operation[Any]:
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
@@ -253,33 +317,45 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 select_emits(op.steps, lambda t: metadata_matches(_safe(t.metadata), wanted), limit)
             )
 
-        return _Call(tenant, make)
+        return self._keyed(_Call(tenant, make))
 
-    def _delete_thread_op(self, thread_id: str, tenant_id: str | None) -> _Call:
+    def _delete_thread_op(self, thread_id: str, tenant_id: str | None) -> Operation[Any]:
         tenant = self._tenant_of(None, tenant_id)
-        return _Call(tenant, lambda: self._ops.delete_thread(tenant, str(thread_id)), keyed=False)
-
-    def _delete_for_runs_op(self, run_ids: Sequence[str], tenant_id: str | None) -> _Call:
-        tenant = self._tenant_of(None, tenant_id)
-        return _Call(tenant, lambda: self._ops.delete_for_runs(tenant, run_ids), keyed=False)
-
-    def _copy_thread_op(self, source: str, target: str, tenant_id: str | None) -> _Call:
-        tenant = self._tenant_of(None, tenant_id)
-        if self.pipeline.binds_identity:
-            return _Call(
-                tenant,
-                lambda: Operation(self._reseal_copy(tenant, str(source), str(target))),
-                write=True,
-            )
-        return _Call(
-            tenant,
-            lambda: self._ops.copy_thread(tenant, str(source), str(target)),
-            keyed=False,
+        return self._keyed(
+            _Call(tenant, lambda: self._ops.delete_thread(tenant, str(thread_id)), keyed=False)
         )
 
-    def _prune_op(self, thread_ids: Sequence[str], strategy: str, tenant_id: str | None) -> _Call:
+    def _delete_for_runs_op(self, run_ids: Sequence[str], tenant_id: str | None) -> Operation[Any]:
         tenant = self._tenant_of(None, tenant_id)
-        return _Call(tenant, lambda: self._ops.prune(tenant, thread_ids, strategy), keyed=False)
+        return self._keyed(
+            _Call(tenant, lambda: self._ops.delete_for_runs(tenant, run_ids), keyed=False)
+        )
+
+    def _copy_thread_op(self, source: str, target: str, tenant_id: str | None) -> Operation[Any]:
+        tenant = self._tenant_of(None, tenant_id)
+        if self.pipeline.binds_identity:
+            return self._keyed(
+                _Call(
+                    tenant,
+                    lambda: Operation(self._reseal_copy(tenant, str(source), str(target))),
+                    write=True,
+                )
+            )
+        return self._keyed(
+            _Call(
+                tenant,
+                lambda: self._ops.copy_thread(tenant, str(source), str(target)),
+                keyed=False,
+            )
+        )
+
+    def _prune_op(
+        self, thread_ids: Sequence[str], strategy: str, tenant_id: str | None
+    ) -> Operation[Any]:
+        tenant = self._tenant_of(None, tenant_id)
+        return self._keyed(
+            _Call(tenant, lambda: self._ops.prune(tenant, thread_ids, strategy), keyed=False)
+        )
 
     def _reseal_copy(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """copy_thread when payloads are bound to their thread (encryption).
@@ -336,60 +412,6 @@ class SyncSaverMethods(DurableSaverBase):
     def _iterate(self, op: Operation[Any]) -> Iterator[Any]:
         raise NotImplementedError
 
-    def _run_keys(self, steps: Generator[Any, Any, Any]) -> Any:
-        """Drive a key-manager generator: backend operations and keyring calls."""
-        result: Any = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration as stop:
-                return stop.value
-            result = step.fn(*step.args) if isinstance(step, KeyCall) else self._run(step)
-
-    def _ensure_keys(
-        self, keys: KeyManager, call: _Call, need: frozenset[int], attempt: int
-    ) -> None:
-        if attempt or not keys.fresh(call.tenant, call.write):
-            with keys.lock(call.tenant):  # concurrent first calls load (and create) once
-                if attempt or not keys.fresh(call.tenant, call.write):
-                    self._run_keys(keys.ensure(self._ops, call.tenant, need, call.write))
-
-    def _exec(self, call: _Call) -> Any:
-        keys = self._keys
-        if keys is None or not call.keyed:
-            return self._run(call.make())
-        need: frozenset[int] = frozenset()
-        attempt = 0
-        while True:
-            self._ensure_keys(keys, call, need, attempt)
-            try:
-                return self._run(call.make())
-            except KeyMissing as missing:
-                attempt += 1
-                need = _next_need(missing, need, attempt)
-
-    def _exec_iter(self, call: _Call) -> Iterator[Any]:
-        keys = self._keys
-        if keys is None:
-            yield from self._iterate(call.make())
-            return
-        need: frozenset[int] = frozenset()
-        attempt = emitted = 0
-        while True:
-            self._ensure_keys(keys, call, need, attempt)
-            skip = emitted  # a restarted listing skips what the caller already has
-            try:
-                for item in self._iterate(call.make()):
-                    if skip:
-                        skip -= 1
-                        continue
-                    emitted += 1
-                    yield item
-                return
-            except KeyMissing as missing:
-                attempt += 1
-                need = _next_need(missing, need, attempt)
-
     def rotate_keys(self, tenant_id: str | None = None) -> dict[str, int]:
         """Rewrap stored data keys under the keyring's active key (no payload is rewritten).
 
@@ -399,22 +421,14 @@ class SyncSaverMethods(DurableSaverBase):
         Returns:
             ``{"tenants": n, "rewrapped": n, "current": n}``.
         """
-        keys = self._admin_keys()
-        tenants = [tenant_id] if tenant_id is not None else self._run(self._ops.data_key_tenants())
-        summary = {"tenants": 0, "rewrapped": 0, "current": 0}
-        for tenant in tenants:
-            done, current = self._run_keys(keys.rotate(self._ops, str(tenant)))
-            summary["tenants"] += 1
-            summary["rewrapped"] += done
-            summary["current"] += current
-        return summary
+        return self._run(Operation(self._rotate_steps(tenant_id)))  # type: ignore[no-any-return]
 
     def shred_tenant(self, tenant_id: str) -> int:
         """Crypto-shred a tenant: delete its wrapped data keys; the number of versions."""
-        return self._run_keys(self._admin_keys().shred(self._ops, str(tenant_id)))  # type: ignore[no-any-return]
+        return self._run(Operation(self._admin_keys().shred(self._ops, str(tenant_id))))  # type: ignore[no-any-return]
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._exec(self._get_op(config))  # type: ignore[no-any-return]
+        return self._run(self._get_op(config))  # type: ignore[no-any-return]
 
     def list(
         self,
@@ -424,7 +438,7 @@ class SyncSaverMethods(DurableSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self._exec_iter(self._list_op(config, filter, before, limit))
+        return self._iterate(self._list_op(config, filter, before, limit))
 
     def put(
         self,
@@ -433,7 +447,7 @@ class SyncSaverMethods(DurableSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._exec(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        return self._run(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
 
     def put_writes(
         self,
@@ -442,18 +456,18 @@ class SyncSaverMethods(DurableSaverBase):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._exec(self._put_writes_op(config, writes, task_id, task_path))
+        self._run(self._put_writes_op(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
-        self._exec(self._delete_thread_op(thread_id, tenant_id))
+        self._run(self._delete_thread_op(thread_id, tenant_id))
 
     def delete_for_runs(self, run_ids: Sequence[str], *, tenant_id: str | None = None) -> None:
-        self._exec(self._delete_for_runs_op(run_ids, tenant_id))
+        self._run(self._delete_for_runs_op(run_ids, tenant_id))
 
     def copy_thread(
         self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
     ) -> None:
-        self._exec(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
+        self._run(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
 
     def prune(
         self,
@@ -462,7 +476,7 @@ class SyncSaverMethods(DurableSaverBase):
         strategy: str = "keep_latest",
         tenant_id: str | None = None,
     ) -> None:
-        self._exec(self._prune_op(thread_ids, strategy, tenant_id))
+        self._run(self._prune_op(thread_ids, strategy, tenant_id))
 
 
 class AsyncSaverMethods(DurableSaverBase):
@@ -484,87 +498,19 @@ class AsyncSaverMethods(DurableSaverBase):
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
 
-    async def _arun_keys(self, steps: Generator[Any, Any, Any]) -> Any:
-        """Drive a key-manager generator; keyring calls (KMS) run in a worker thread."""
-        result: Any = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(step, KeyCall):
-                result = await asyncio.to_thread(step.fn, *step.args)
-            else:
-                result = await self._arun(step)
-
-    async def _aensure_keys(
-        self, keys: KeyManager, call: _Call, need: frozenset[int], attempt: int
-    ) -> None:
-        if attempt or not keys.fresh(call.tenant, call.write):
-            async with keys.alock(call.tenant):  # concurrent first calls load (and create) once
-                if attempt or not keys.fresh(call.tenant, call.write):
-                    await self._arun_keys(keys.ensure(self._ops, call.tenant, need, call.write))
-
-    async def _aexec(self, call: _Call) -> Any:
-        keys = self._keys
-        if keys is None or not call.keyed:
-            return await self._arun(call.make())
-        need: frozenset[int] = frozenset()
-        attempt = 0
-        while True:
-            await self._aensure_keys(keys, call, need, attempt)
-            try:
-                return await self._arun(call.make())
-            except KeyMissing as missing:
-                attempt += 1
-                need = _next_need(missing, need, attempt)
-
-    async def _aexec_iter(self, call: _Call) -> AsyncIterator[Any]:
-        keys = self._keys
-        if keys is None:
-            async for item in self._aiterate(call.make()):
-                yield item
-            return
-        need: frozenset[int] = frozenset()
-        attempt = emitted = 0
-        while True:
-            await self._aensure_keys(keys, call, need, attempt)
-            skip = emitted  # a restarted listing skips what the caller already has
-            try:
-                async for item in self._aiterate(call.make()):
-                    if skip:
-                        skip -= 1
-                        continue
-                    emitted += 1
-                    yield item
-                return
-            except KeyMissing as missing:
-                attempt += 1
-                need = _next_need(missing, need, attempt)
-
     async def arotate_keys(self, tenant_id: str | None = None) -> dict[str, int]:
         """Async :meth:`SyncSaverMethods.rotate_keys`."""
         self._bind_loop()
-        keys = self._admin_keys()
-        tenants = (
-            [tenant_id] if tenant_id is not None else await self._arun(self._ops.data_key_tenants())
-        )
-        summary = {"tenants": 0, "rewrapped": 0, "current": 0}
-        for tenant in tenants:
-            done, current = await self._arun_keys(keys.rotate(self._ops, str(tenant)))
-            summary["tenants"] += 1
-            summary["rewrapped"] += done
-            summary["current"] += current
-        return summary
+        return await self._arun(Operation(self._rotate_steps(tenant_id)))  # type: ignore[no-any-return]
 
     async def ashred_tenant(self, tenant_id: str) -> int:
         """Async :meth:`SyncSaverMethods.shred_tenant`."""
         self._bind_loop()
-        return await self._arun_keys(self._admin_keys().shred(self._ops, str(tenant_id)))  # type: ignore[no-any-return]
+        return await self._arun(Operation(self._admin_keys().shred(self._ops, str(tenant_id))))  # type: ignore[no-any-return]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self._bind_loop()
-        return await self._aexec(self._get_op(config))  # type: ignore[no-any-return]
+        return await self._arun(self._get_op(config))  # type: ignore[no-any-return]
 
     async def alist(
         self,
@@ -575,7 +521,7 @@ class AsyncSaverMethods(DurableSaverBase):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         self._bind_loop()
-        async for item in self._aexec_iter(self._list_op(config, filter, before, limit)):
+        async for item in self._aiterate(self._list_op(config, filter, before, limit)):
             yield item
 
     async def aput(
@@ -586,7 +532,7 @@ class AsyncSaverMethods(DurableSaverBase):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         self._bind_loop()
-        return await self._aexec(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        return await self._arun(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
 
     async def aput_writes(
         self,
@@ -596,20 +542,20 @@ class AsyncSaverMethods(DurableSaverBase):
         task_path: str = "",
     ) -> None:
         self._bind_loop()
-        await self._aexec(self._put_writes_op(config, writes, task_id, task_path))
+        await self._arun(self._put_writes_op(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str, *, tenant_id: str | None = None) -> None:
-        await self._aexec(self._delete_thread_op(thread_id, tenant_id))
+        await self._arun(self._delete_thread_op(thread_id, tenant_id))
 
     async def adelete_for_runs(
         self, run_ids: Sequence[str], *, tenant_id: str | None = None
     ) -> None:
-        await self._aexec(self._delete_for_runs_op(run_ids, tenant_id))
+        await self._arun(self._delete_for_runs_op(run_ids, tenant_id))
 
     async def acopy_thread(
         self, source_thread_id: str, target_thread_id: str, *, tenant_id: str | None = None
     ) -> None:
-        await self._aexec(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
+        await self._arun(self._copy_thread_op(source_thread_id, target_thread_id, tenant_id))
 
     async def aprune(
         self,
@@ -618,7 +564,7 @@ class AsyncSaverMethods(DurableSaverBase):
         strategy: str = "keep_latest",
         tenant_id: str | None = None,
     ) -> None:
-        await self._aexec(self._prune_op(thread_ids, strategy, tenant_id))
+        await self._arun(self._prune_op(thread_ids, strategy, tenant_id))
 
     # ---- sync access from other threads --------------------------------------
 

@@ -19,7 +19,16 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-__all__ = ["Emit", "Sleep", "Operation", "Stepper", "operation", "select_emits", "collect_emits"]
+__all__ = [
+    "Emit",
+    "Sleep",
+    "Blocking",
+    "Operation",
+    "Stepper",
+    "operation",
+    "select_emits",
+    "collect_emits",
+]
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -37,6 +46,18 @@ class Sleep:
     """A pause the operation asks for (e.g. backoff before a retry); the driver sends None."""
 
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    """A blocking call outside the backend the operation needs (a KMS request).
+
+    A sync driver calls ``fn(*args)``; an async driver runs it in a worker
+    thread. Its result is sent back, or its exception thrown into the operation.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +106,11 @@ def operation(
 
 def select_emits(
     steps: Generator[Any, Any, Any], keep: Callable[[Any], bool], limit: int | None
-) -> Generator[Any, Any, None]:
+) -> Generator[Any, Any, Any]:
     """Run a streaming operation, emitting only the items ``keep`` accepts, at most ``limit``.
 
     Requests pass through unchanged (results and errors go back to ``steps``).
+    Returns the operation's result (None when the limit ended it early).
     """
     if limit == 0:
         steps.close()
@@ -114,7 +136,7 @@ def select_emits(
             step = stepper.send(result)
     finally:
         stepper.close()
-    return None
+    return stepper.result
 
 
 def collect_emits(steps: Generator[Any, Any, Any]) -> Generator[Any, Any, list[Any]]:

@@ -12,15 +12,15 @@ New writes use the tenant's newest data key. A new version is made when the
 newest is older than ``max_key_age`` or has sealed ``max_key_uses`` records in
 this process. Old versions stay readable until the tenant is shredded.
 
-This module decides; it does no I/O. :meth:`KeyManager.ensure` is a generator
-that yields backend operations (:class:`~langgraph_durable._core.sansio.Operation`,
-built by the backend's :class:`KeyStoreOps`) and :class:`KeyCall` (a keyring
-call, which may reach KMS); the saver runs each and sends the result back.
+This module decides; it does no I/O. :meth:`KeyManager.ensure` is a sans-IO
+generator: it yields the requests of the backend's data-key operations
+(:class:`KeyStoreOps`) and :class:`~langgraph_durable._core.sansio.Blocking`
+keyring calls (which may reach KMS), so the saver runs it inside the call's
+own operation, on the backend's driver.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -33,14 +33,13 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._core.records import StoredDataKey
-from .._core.sansio import Operation
+from .._core.sansio import Blocking, Operation
 from ..errors import DecryptionError
 from .keyring import GeneratedKey, KeyProvider
 
 __all__ = [
     "StoredDataKey",
     "KeyStoreOps",
-    "KeyCall",
     "KeyMissing",
     "KeyCache",
     "KeyManager",
@@ -73,14 +72,6 @@ class KeyStoreOps(Protocol):
     def data_key_tenants(self) -> Operation[list[str]]:
         """Every tenant that has data keys stored."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class KeyCall:
-    """A keyring call the saver runs (in a worker thread when async)."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
 
 
 class KeyMissing(Exception):
@@ -214,22 +205,25 @@ class KeyManager:
         self.max_key_uses = max_key_uses
         self.index_keys = index_keys
         self.now = now
-        self._locks: dict[str, threading.Lock] = {}
-        self._alocks: dict[str, asyncio.Lock] = {}
+        self._loading: set[str] = set()
+        self._loading_lock = threading.Lock()
 
-    def lock(self, tenant: str) -> threading.Lock:
-        """The lock sync callers hold while loading ``tenant``'s keys (one load at a time)."""
-        lock = self._locks.get(tenant)
-        if lock is None:
-            lock = self._locks.setdefault(tenant, threading.Lock())
-        return lock
+    def begin_load(self, tenant: str) -> bool:
+        """Claim the load of ``tenant``'s keys; False while another call is loading them.
 
-    def alock(self, tenant: str) -> asyncio.Lock:
-        """The lock async callers (on the saver's loop) hold while loading ``tenant``'s keys."""
-        lock = self._alocks.get(tenant)
-        if lock is None:
-            lock = self._alocks.setdefault(tenant, asyncio.Lock())
-        return lock
+        Concurrent first calls of a tenant thus make one load (and at most one
+        new data key) instead of racing; the others wait and find it cached.
+        """
+        with self._loading_lock:
+            if tenant in self._loading:
+                return False
+            self._loading.add(tenant)
+            return True
+
+    def end_load(self, tenant: str) -> None:
+        """Release the claim of :meth:`begin_load`."""
+        with self._loading_lock:
+            self._loading.discard(tenant)
 
     def fresh(self, tenant: str, write: bool) -> bool:
         """Whether a call of ``tenant`` can run on what is cached (the hot path)."""
@@ -269,7 +263,7 @@ class KeyManager:
         self, store: KeyStoreOps, tenant: str, need: Collection[int], write: bool
     ) -> Generator[Any, Any, bool]:
         now = self.now()
-        rows: list[StoredDataKey] = yield store.data_keys(tenant)
+        rows: list[StoredDataKey] = yield from store.data_keys(tenant).steps
         by_version = {r.version: r for r in rows}
         previous = self.cache.get(tenant)
         plain: dict[int, bytes] = {}
@@ -286,9 +280,9 @@ class KeyManager:
             or self.cache.uses.get((tenant, active), 0) >= self.max_key_uses
         ):
             version = max(by_version, default=0) + 1
-            made: GeneratedKey = yield KeyCall(self.keyring.generate, (tenant, version))
+            made: GeneratedKey = yield Blocking(self.keyring.generate, (tenant, version))
             row = StoredDataKey(version, made.key_id, made.wrapped, now)
-            added = yield store.add_data_key(tenant, row)
+            added = yield from store.add_data_key(tenant, row).steps
             if not added:
                 return False  # another process made this version: load again
             by_version[version] = row
@@ -311,7 +305,7 @@ class KeyManager:
                 )
             if row.wrapped is None:
                 continue  # shredded: opening such a record raises DecryptionError
-            plain[version] = yield KeyCall(
+            plain[version] = yield Blocking(
                 self.keyring.unwrap, (tenant, version, row.key_id, row.wrapped)
             )
         state = _Tenant(now, by_version, plain, active)
@@ -331,8 +325,8 @@ class KeyManager:
         Returns:
             (rewrapped, already current).
         """
-        target = yield KeyCall(self.keyring.active_key_id, (tenant,))
-        rows: list[StoredDataKey] = yield store.data_keys(tenant)
+        target = yield Blocking(self.keyring.active_key_id, (tenant,))
+        rows: list[StoredDataKey] = yield from store.data_keys(tenant).steps
         done = current = 0
         for row in rows:
             if row.wrapped is None:
@@ -340,11 +334,13 @@ class KeyManager:
             if row.key_id == target:
                 current += 1
                 continue
-            plaintext = yield KeyCall(
+            plaintext = yield Blocking(
                 self.keyring.unwrap, (tenant, row.version, row.key_id, row.wrapped)
             )
-            wrapped, key_id = yield KeyCall(self.keyring.wrap, (tenant, row.version, plaintext))
-            changed = yield store.rewrap_data_key(tenant, row.version, row.wrapped, key_id, wrapped)
+            wrapped, key_id = yield Blocking(self.keyring.wrap, (tenant, row.version, plaintext))
+            changed = yield from store.rewrap_data_key(
+                tenant, row.version, row.wrapped, key_id, wrapped
+            ).steps
             if changed:
                 done += 1
             else:
@@ -354,6 +350,6 @@ class KeyManager:
 
     def shred(self, store: KeyStoreOps, tenant: str) -> Generator[Any, Any, int]:
         """Delete every wrapped data key of ``tenant``; the number of versions shredded."""
-        count: int = yield store.shred_data_keys(tenant)
+        count: int = yield from store.shred_data_keys(tenant).steps
         self.cache.drop(tenant)
         return count

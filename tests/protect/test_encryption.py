@@ -13,16 +13,16 @@ import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable._core.records import RecordIdentity, RecordKind, Sealed, StoredDataKey
-from langgraph_durable._core.sansio import Operation
+from langgraph_durable._core.sansio import Blocking, Operation
 from langgraph_durable.errors import ConfigurationError, DecryptionError
 from langgraph_durable.protect import Encryption, EncryptionPipeline, LocalKeyring
-from langgraph_durable.protect.keys import KeyCall, KeyManager, KeyMissing
+from langgraph_durable.protect.keys import KeyManager, KeyMissing
 
 KEY_A = os.urandom(32)
 
 
 class MemoryKeyStore:
-    """A KeyStoreOps over a dict, as sans-IO operations (each is one request: itself)."""
+    """A KeyStoreOps over a dict, as sans-IO operations of one request (a callable)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, dict[int, StoredDataKey]] = {}
@@ -71,27 +71,14 @@ class MemoryKeyStore:
 
 
 def drive(steps: Generator[Any, Any, Any]) -> Any:
-    """Run a key-manager generator: operations against the memory store, keyring calls."""
+    """Run a key-manager generator: keyring calls, and the memory store's requests."""
     result: Any = None
     while True:
         try:
             step = steps.send(result)
         except StopIteration as stop:
             return stop.value
-        if isinstance(step, KeyCall):
-            result = step.fn(*step.args)
-        else:
-            result = _run_op(step)
-
-
-def _run_op(op: Operation[Any]) -> Any:
-    gen = op.steps
-    request = gen.send(None)
-    try:
-        gen.send(request())
-    except StopIteration as stop:
-        return stop.value
-    raise AssertionError("memory ops take one request")
+        result = step.fn(*step.args) if isinstance(step, Blocking) else step()
 
 
 def make_pipeline(**kwargs: Any) -> tuple[EncryptionPipeline, KeyManager, MemoryKeyStore]:
