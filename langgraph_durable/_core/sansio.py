@@ -142,19 +142,12 @@ def select_emits(
 def collect_emits(steps: Generator[Any, Any, Any]) -> Generator[Any, Any, list[Any]]:
     """Run a streaming operation inside another one; return the items it emitted."""
     items: list[Any] = []
-    stepper = Stepper(steps)
-    step = stepper.first()
-    while step is not None:
-        if isinstance(step, Emit):
-            items.append(step.value)
-            step = stepper.send(None)
-            continue
-        try:
-            result = yield step
-        except Exception as exc:
-            step = stepper.throw(exc)
-            continue
-        step = stepper.send(result)
+
+    def collect(item: Any) -> bool:
+        items.append(item)
+        return False
+
+    yield from select_emits(steps, collect, None)
     return items
 
 

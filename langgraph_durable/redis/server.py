@@ -17,18 +17,10 @@ Settings come from the environment:
                                        (default: no expiry)
 ``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads restart the TTL too
 ``LGD_REDIS_SETUP``                    ``off`` skips ``setup()`` at start
-``LGD_KEYRING``                        turns envelope encryption on with a local
-                                       keyring: ``ID=BASE64[,ID=BASE64...]``, the
-                                       first key active (``@PATH`` reads a file)
-``LGD_KMS_KEY_ID``                     turns it on with an AWS KMS key (id, ARN or
-                                       alias) instead
-``LGD_ENCRYPTION_CLEAR_METADATA``      metadata keys kept in clear, comma-separated
-                                       (default ``source,step,parents,run_id``;
-                                       ``none``: no key)
-``LGD_ENCRYPTION_SEARCHABLE_METADATA`` metadata keys kept as a keyed hash,
-                                       comma-separated (default: none)
-``LGD_ENCRYPTION_ALLOW_PLAINTEXT``     ``on`` reads records written before
-                                       encryption was turned on (migration mode)
+``LGD_KEYRING``                        envelope encryption with a local keyring, or
+                                       ``LGD_KMS_KEY_ID`` with AWS KMS; the
+                                       ``LGD_ENCRYPTION_*`` options: see
+                                       ``langgraph_durable._server.encryption_from_env``
 ====================================== ============================================
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator
 
 import psycopg
+import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from psycopg import sql
 
@@ -47,33 +48,13 @@ async def test_async_postgres_saver_conformance(pg_url: str) -> None:
     assert run.passed() == 81 and run.failed() == 0, run.summary()
 
 
-async def test_sync_postgres_saver_conformance(pg_url: str) -> None:
-    from langgraph_durable.postgres import PostgresSaver
-
-    async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
-        schema = _new_schema()
-        managed = PostgresSaver.from_conn_string(pg_url, schema=schema)
-        try:
-            saver = await asyncio.to_thread(managed.__enter__)
-            try:
-                await asyncio.to_thread(saver.setup)
-                yield SyncSaverAdapter(saver)
-            finally:
-                await asyncio.to_thread(managed.__exit__, None, None, None)
-        finally:
-            await _drop_schema(pg_url, schema)
-
-    run = await run_conformance("PostgresSaver (sync, via SyncSaverAdapter)", factory)
-    run.assert_full()
-    assert run.passed() == 81 and run.failed() == 0, run.summary()
-
-
-async def test_encrypted_postgres_saver_conformance(pg_url: str) -> None:
-    """The whole suite again with envelope encryption on (sync saver, via the adapter)."""
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_sync_postgres_saver_conformance(pg_url: str, encrypted: bool) -> None:
+    """The sync saver through the adapter; a second time with envelope encryption on."""
     from langgraph_durable.postgres import PostgresSaver
     from tests.encryption_helpers import local_encryption
 
-    encryption = local_encryption()
+    encryption = local_encryption() if encrypted else None
 
     async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
         schema = _new_schema()
@@ -88,6 +69,7 @@ async def test_encrypted_postgres_saver_conformance(pg_url: str) -> None:
         finally:
             await _drop_schema(pg_url, schema)
 
-    run = await run_conformance("PostgresSaver (encrypted, sync via SyncSaverAdapter)", factory)
+    label = "encrypted, sync" if encrypted else "sync"
+    run = await run_conformance(f"PostgresSaver ({label}, via SyncSaverAdapter)", factory)
     run.assert_full()
     assert run.passed() == 81 and run.failed() == 0, run.summary()

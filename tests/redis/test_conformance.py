@@ -39,22 +39,31 @@ def topology(request: pytest.FixtureRequest) -> tuple[str, str, str]:
     return "cluster", request.getfixturevalue("redis_cluster_conn_string"), url
 
 
-async def test_async_redis_saver_conformance(topology: tuple[str, str, str]) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_async_redis_saver_conformance(
+    topology: tuple[str, str, str], encrypted: bool
+) -> None:
+    """The async saver; a second time with envelope encryption on."""
     from langgraph_durable.redis import AsyncRedisSaver
+    from tests.encryption_helpers import local_encryption
 
     name, conn_string, cleanup_url = topology
+    encryption = local_encryption() if encrypted else None
 
     async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
         prefix = new_redis_prefix()
         try:
-            async with AsyncRedisSaver.from_conn_string(conn_string, prefix=prefix) as saver:
+            async with AsyncRedisSaver.from_conn_string(
+                conn_string, prefix=prefix, encryption=encryption
+            ) as saver:
                 await saver.setup()
                 _check_topology(saver, name)
                 yield saver
         finally:
             await asyncio.to_thread(delete_redis_keys, cleanup_url, prefix)
 
-    run = await run_conformance(f"AsyncRedisSaver ({name})", factory)
+    label = f"encrypted, {name}" if encrypted else name
+    run = await run_conformance(f"AsyncRedisSaver ({label})", factory)
     run.assert_full()
     assert run.passed() == 81 and run.failed() == 0, run.summary()
 
@@ -79,30 +88,5 @@ async def test_sync_redis_saver_conformance(topology: tuple[str, str, str]) -> N
             await asyncio.to_thread(delete_redis_keys, cleanup_url, prefix)
 
     run = await run_conformance(f"RedisSaver ({name}, sync, via SyncSaverAdapter)", factory)
-    run.assert_full()
-    assert run.passed() == 81 and run.failed() == 0, run.summary()
-
-
-async def test_encrypted_redis_saver_conformance(topology: tuple[str, str, str]) -> None:
-    """The whole suite again with envelope encryption on (async saver)."""
-    from langgraph_durable.redis import AsyncRedisSaver
-    from tests.encryption_helpers import local_encryption
-
-    name, conn_string, cleanup_url = topology
-    encryption = local_encryption()
-
-    async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
-        prefix = new_redis_prefix()
-        try:
-            async with AsyncRedisSaver.from_conn_string(
-                conn_string, prefix=prefix, encryption=encryption
-            ) as saver:
-                await saver.setup()
-                _check_topology(saver, name)
-                yield saver
-        finally:
-            await asyncio.to_thread(delete_redis_keys, cleanup_url, prefix)
-
-    run = await run_conformance(f"AsyncRedisSaver (encrypted, {name})", factory)
     run.assert_full()
     assert run.passed() == 81 and run.failed() == 0, run.summary()
