@@ -27,6 +27,7 @@ from ..errors import (
 from ._ops import (
     RETRYABLE_CODES,
     Call,
+    ConditionFailedError,
     RetryableError,
     TableInUseError,
     TableNotFoundError,
@@ -71,6 +72,8 @@ def translate(exc: BaseException, table: str = "") -> DurableError:
                 f"DynamoDB cancelled the transaction (reasons: {', '.join(reasons) or '?'})",
                 reasons,
             )
+        if code == "ConditionalCheckFailedException":
+            return ConditionFailedError(f"DynamoDB refused a conditional write: {message}")
         if code == "ResourceNotFoundException":
             return TableNotFoundError(
                 f"DynamoDB table {table!r} does not exist ({message}): call setup() once "

@@ -27,10 +27,21 @@ Escaped components never contain ``#`` and every character in them sorts above
 ``#``, so ``c#<ns>#`` prefixes one namespace exactly, and a checkpoint's writes
 and chunks sort directly after its pointer: read newest first, a namespace is
 ``writes, chunks, pointer`` per checkpoint, newest checkpoint first.
+
+Envelope encryption keeps each tenant's wrapped data keys in a partition of
+its own, ``<tenant>##keys`` (tenant escaped): under the tenant's ``<tenant>#``
+prefix (``dynamodb:LeadingKeys`` policies that confine a role to its tenant
+cover its keys), yet never a thread's partition, since an escaped thread id
+holds no ``#``. One item per data-key version, sort key the version as ten
+digits, with ``key_id``, ``wrapped`` (B; removed when shredded, ``key_id`` then
+empty), ``created`` (N), and ``rotated_at`` / ``shredded_at`` (N) once done.
+No thread operation reads, deletes or stamps them with a TTL (their sort keys
+match neither ``c#`` nor ``b#``).
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import random
@@ -43,7 +54,7 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.filters import metadata_matches, normalize_filter
-from .._core.records import Sealed
+from .._core.records import Sealed, StoredDataKey
 from .._core.sansio import Emit, Sleep, operation
 from ..errors import (
     ConfigurationError,
@@ -64,6 +75,7 @@ __all__ = [
     "TableNotFoundError",
     "TableInUseError",
     "TransactionCanceledError",
+    "ConditionFailedError",
     "enc",
     "dec",
     "validate_table_name",
@@ -143,6 +155,10 @@ class TableNotFoundError(SchemaError):
 
 class TableInUseError(StorageError):
     """The table is being created, updated or deleted (``ResourceInUseException``)."""
+
+
+class ConditionFailedError(StorageError):
+    """A single-item write's ``ConditionExpression`` was false; nothing was written."""
 
 
 class TransactionCanceledError(StorageError):
@@ -259,6 +275,32 @@ def split_pk(pk: str) -> tuple[str, str]:
     return dec(tenant), dec(thread)
 
 
+#: The end of a data-key partition key (``<tenant>##keys``). Thread partition
+#: keys hold one ``#`` and never two in a row.
+DATA_KEYS_MARK = "##keys"
+
+
+def data_keys_pk(tenant: str) -> str:
+    """The partition key of one tenant's data keys."""
+    pk = enc(tenant) + DATA_KEYS_MARK
+    if _utf8_len(pk, "tenant id") > PK_LIMIT:
+        raise InvalidInputError(
+            f"tenant id is too long for a DynamoDB partition key ({len(pk.encode())} bytes "
+            f"escaped, at most {PK_LIMIT}): use a shorter tenant id"
+        )
+    return pk
+
+
+def data_keys_tenant(pk: str) -> str:
+    """The tenant whose data keys a ``<tenant>##keys`` partition holds."""
+    return dec(pk[: -len(DATA_KEYS_MARK)])
+
+
+def data_key_sk(version: int) -> str:
+    """The sort key of one data-key version (zero-padded: sorts by version)."""
+    return f"{int(version):010d}"
+
+
 def ns_prefix(ns: str) -> str:
     """Sort-key prefix of every checkpoint item of one namespace."""
     return f"c#{enc(ns)}#"
@@ -369,6 +411,18 @@ def _num(item: dict[str, Any], name: str, default: int | None = None) -> int | N
 def _str(item: dict[str, Any], name: str, default: str | None = None) -> str | None:
     value = item.get(name)
     return default if value is None else str(value["S"])
+
+
+def stored_data_key(item: dict[str, Any]) -> StoredDataKey:
+    """The data-key version one ``<tenant>##keys`` item holds (``wrapped`` None if shredded)."""
+    wrapped = item.get("wrapped")
+    created = item.get("created")
+    return StoredDataKey(
+        version=int(item["sk"]["S"]),
+        key_id=_str(item, "key_id", "") or "",
+        wrapped=None if wrapped is None else bytes(wrapped["B"]),
+        created=0.0 if created is None else float(created["N"]),
+    )
 
 
 def value_size(value: dict[str, Any]) -> int:
@@ -1302,6 +1356,7 @@ class DynamoDBOps:
             blobs=blobs,
             writes=writes,
             parent_sends=parent_sends,
+            metadata_index=g.metadata_index(),
         )
 
     def _list_namespace(
@@ -1380,6 +1435,10 @@ class DynamoDBOps:
             names = {f"#a{i}": name for i, name in enumerate(projection)}
             params["ProjectionExpression"] = ", ".join(names)
             params["ExpressionAttributeNames"].update(names)
+        return (yield from self._scan_pages(params))
+
+    def _scan_pages(self, params: dict[str, Any]) -> Generator[Any, Any, list[dict[str, Any]]]:
+        """The items of a Scan (``params`` as for ``scan``), every page."""
         items: list[dict[str, Any]] = []
         while True:
             resp = yield from self._call("scan", params)
@@ -1641,6 +1700,133 @@ class DynamoDBOps:
                     if remaining <= 0:
                         return None
         return None
+
+    # ---- data keys (envelope encryption) ----------------------------------------
+
+    @operation
+    def data_keys(self, tenant: str) -> Generator[Any, Any, builtins.list[StoredDataKey]]:
+        """Every stored data-key version of a tenant, oldest first, shredded ones included.
+
+        A consistent Query of the tenant's key partition, all pages.
+        """
+        items = yield from self._query_all(data_keys_pk(tenant))
+        return [stored_data_key(item) for item in items]
+
+    @operation
+    def add_data_key(self, tenant: str, key: StoredDataKey) -> Generator[Any, Any, bool]:
+        """Store a new data-key version: a PutItem on condition it is not stored yet.
+
+        Returns:
+            False, writing nothing, when that version is already stored.
+        """
+        item = {
+            "pk": S(data_keys_pk(tenant)),
+            "sk": S(data_key_sk(key.version)),
+            "key_id": S(key.key_id),
+            "created": N(key.created),
+        }
+        if key.wrapped is not None:
+            item["wrapped"] = B(key.wrapped)
+        params = {**self._put_action(item, insert_only=True)["Put"]}
+        try:
+            yield from self._call("put_item", params)
+        except ConditionFailedError:
+            return False
+        return True
+
+    @operation
+    def rewrap_data_key(
+        self, tenant: str, version: int, old_wrapped: bytes, key_id: str, wrapped: bytes
+    ) -> Generator[Any, Any, bool]:
+        """Replace one version's wrapped key if it still is ``old_wrapped``.
+
+        Returns:
+            Whether it was replaced (False: rewrapped or shredded meanwhile).
+        """
+        params = self._data_key_update(
+            tenant,
+            version,
+            "SET #w = :w, #k = :k, #t = :now",
+            "#w = :old",
+            {":w": B(wrapped), ":k": S(key_id), ":old": B(old_wrapped)},
+            {"#t": "rotated_at"},
+        )
+        try:
+            yield from self._call("update_item", params)
+        except ConditionFailedError:
+            return False
+        return True
+
+    @operation
+    def shred_data_keys(self, tenant: str) -> Generator[Any, Any, int]:
+        """Remove the wrapped key of every version of a tenant (kept as tombstones).
+
+        Returns:
+            How many versions still had their wrapped key.
+        """
+        items = yield from self._query_all(data_keys_pk(tenant), None, ("sk", "wrapped"))
+        shredded = 0
+        for item in items:
+            if "wrapped" not in item:
+                continue
+            params = self._data_key_update(
+                tenant,
+                int(item["sk"]["S"]),
+                "SET #k = :k, #t = :now REMOVE #w",
+                "attribute_exists(#w)",
+                {":k": S("")},
+                {"#t": "shredded_at"},
+            )
+            try:
+                yield from self._call("update_item", params)
+            except ConditionFailedError:
+                continue  # shredded meanwhile by another call
+            shredded += 1
+        return shredded
+
+    @operation
+    def data_key_tenants(self) -> Generator[Any, Any, builtins.list[str]]:
+        """Every tenant with stored data keys (shredded ones included).
+
+        A consistent, paged Scan of the table for the ``<tenant>##keys``
+        partitions (an admin operation, for ``rotate_keys()`` without a
+        tenant). A registry partition would spare the Scan, but every
+        tenant's first data key would then write outside the tenant's
+        ``<tenant>#`` key prefix, which ``dynamodb:LeadingKeys`` policies
+        confine a tenant's role to, and any role allowed to write it could
+        read every tenant's name.
+        """
+        items = yield from self._scan_pages(
+            {
+                "TableName": self.table,
+                "ConsistentRead": True,
+                "FilterExpression": "contains(#pk, :mark)",
+                "ProjectionExpression": "#pk",
+                "ExpressionAttributeNames": {"#pk": "pk"},
+                "ExpressionAttributeValues": {":mark": S(DATA_KEYS_MARK)},
+            }
+        )
+        pks = {item["pk"]["S"] for item in items}
+        return sorted(data_keys_tenant(pk) for pk in pks if pk.endswith(DATA_KEYS_MARK))
+
+    def _data_key_update(
+        self,
+        tenant: str,
+        version: int,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        names: dict[str, str],
+    ) -> dict[str, Any]:
+        """UpdateItem parameters for one data-key version (``:now``, ``#w``, ``#k`` bound)."""
+        return {
+            "TableName": self.table,
+            "Key": {"pk": S(data_keys_pk(tenant)), "sk": S(data_key_sk(version))},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#w": "wrapped", "#k": "key_id", **names},
+            "ExpressionAttributeValues": {":now": N(self.now()), **values},
+        }
 
 
 def action_size(action: dict[str, Any]) -> int:

@@ -172,7 +172,7 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
     return settings
 
 
-_SAVER_ARGS = ("client", "serde", "tenant", "clock")
+_SAVER_ARGS = ("client", "serde", "tenant", "clock", "encryption")
 
 
 class _DynamoDBSaverBase(DurableSaverBase):
@@ -252,6 +252,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
         tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
             tenant id, or a callable ``(config) -> tenant id``.
         clock: Seconds since the epoch (default ``time.time``); for tests of TTL.
+        encryption: Envelope encryption of every stored payload
+            (:class:`~langgraph_durable.protect.Encryption`); None stores them
+            unencrypted. Tenants' wrapped data keys live in the same table.
         **settings: :class:`DynamoDBOptions` fields, when ``options`` is None.
 
     Example:

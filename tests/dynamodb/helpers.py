@@ -47,6 +47,35 @@ def raw_items(client: Any, table: str) -> list[dict[str, Any]]:
         params["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
 
+def attribute_bytes(value: dict[str, Any]) -> bytes:
+    """Every byte of one attribute value, whatever its type (maps and lists included)."""
+    ((kind, data),) = value.items()
+    if kind == "B":
+        return bytes(data)
+    if kind in ("S", "N"):
+        return str(data).encode()
+    if kind in ("BOOL", "NULL"):
+        return str(data).encode()
+    if kind in ("SS", "NS"):
+        return b"\x00".join(str(v).encode() for v in data)
+    if kind == "BS":
+        return b"\x00".join(bytes(v) for v in data)
+    if kind == "L":
+        return b"\x00".join(attribute_bytes(v) for v in data)
+    if kind == "M":
+        return b"\x00".join(k.encode() + b"\x00" + attribute_bytes(v) for k, v in data.items())
+    raise TypeError(f"unexpected DynamoDB attribute type {kind!r}")
+
+
+def table_dump(client: Any, table: str) -> bytes:
+    """Every item of a table (paginated Scan) as one blob: attribute names and values."""
+    parts = []
+    for item in raw_items(client, table):
+        for name, value in item.items():
+            parts.append(name.encode() + b"\x00" + attribute_bytes(value))
+    return b"\x01".join(parts)
+
+
 class CallCounter:
     """Counts the DynamoDB API calls a client completes (``after-call`` hook).
 
