@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
+import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from tests.conformance import run_conformance
@@ -23,20 +24,25 @@ def _conn_string(endpoint: str, table: str) -> str:
     return f"dynamodb://{table}?region={REGION}&endpoint={endpoint}"
 
 
-async def test_async_dynamodb_saver_conformance(dynamodb_endpoint: str) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_async_dynamodb_saver_conformance(dynamodb_endpoint: str, encrypted: bool) -> None:
+    """The async saver; a second time with envelope encryption on."""
     from langgraph_durable.dynamodb import AsyncDynamoDBSaver
+    from tests.encryption_helpers import local_encryption
+
+    encryption = local_encryption() if encrypted else None
 
     async def factory() -> AsyncGenerator[BaseCheckpointSaver, None]:
         table = new_dynamodb_table_name()
         try:
             conn = _conn_string(dynamodb_endpoint, table)
-            async with AsyncDynamoDBSaver.from_conn_string(conn) as saver:
+            async with AsyncDynamoDBSaver.from_conn_string(conn, encryption=encryption) as saver:
                 await saver.setup()
                 yield saver
         finally:
             await asyncio.to_thread(delete_dynamodb_table, dynamodb_endpoint, table)
 
-    run = await run_conformance("AsyncDynamoDBSaver", factory)
+    run = await run_conformance(f"AsyncDynamoDBSaver{' (encrypted)' if encrypted else ''}", factory)
     run.assert_full()
     assert run.passed() == 81 and run.failed() == 0, run.summary()
 
