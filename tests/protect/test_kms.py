@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -49,28 +51,51 @@ def kms_key(kms_client: Any) -> str:
     return kms_client.create_key(Description="lgd test")["KeyMetadata"]["KeyId"]
 
 
+@contextmanager
+def _sync_saver(request: pytest.FixtureRequest, backend: str, enc: Encryption) -> Iterator[Any]:
+    """A sync saver of ``backend`` on a fresh schema / prefix / table, set up."""
+    if backend == "postgres":
+        url, schema = request.getfixturevalue("pg_url"), request.getfixturevalue("pg_schema")
+        opened: Any = PostgresSaver.from_conn_string(url, schema=schema, encryption=enc)
+    elif backend == "redis":
+        from langgraph_durable.redis import RedisSaver
+
+        url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+        opened = RedisSaver.from_conn_string(url, prefix=prefix, encryption=enc)
+    else:
+        from langgraph_durable.dynamodb import DynamoDBSaver
+
+        endpoint = request.getfixturevalue("dynamodb_endpoint")
+        table = request.getfixturevalue("dynamodb_table")
+        conn = f"dynamodb://{table}?region=us-east-1&endpoint={endpoint}"
+        opened = DynamoDBSaver.from_conn_string(conn, encryption=enc)
+    with opened as saver:
+        saver.setup()
+        yield saver
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis", "dynamodb"])
 def test_two_hundred_steps_over_twenty_threads_cost_at_most_two_kms_calls(
-    pg_url: str, pg_schema: str, kms_client: Any, kms_key: str
+    request: pytest.FixtureRequest, backend: str, kms_client: Any, kms_key: str
 ) -> None:
     counter = Counter(kms_client)
     enc = Encryption(KmsKeyring(kms_key, client=kms_client))
-    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, encryption=enc) as saver:
-        saver.setup()
+    with _sync_saver(request, backend, enc) as saver:
         graph = _ten_step_graph(saver)
         steps = 0
         for i in range(20):
             out = graph.invoke({"n": 0, "log": []}, cfg(f"thread-{i}", tenant_id="acme"))
             steps += out["n"]
             assert graph.get_state(cfg(f"thread-{i}", tenant_id="acme")).values["n"] == 10
-    assert steps == 200
-    assert 1 <= len(counter.calls) <= 2, counter.calls
-    assert counter.calls[0] == "GenerateDataKey"
-    # a fresh process (saver) unwraps the stored data key once
-    counter.calls.clear()
-    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, encryption=enc) as saver:
+        assert steps == 200
+        assert 1 <= len(counter.calls) <= 2, counter.calls
+        assert counter.calls[0] == "GenerateDataKey"
+        # as in a new process (an empty key cache), the stored data key is unwrapped once
+        counter.calls.clear()
+        saver._keys.cache.drop()
         for i in range(20):
             assert saver.get_tuple(cfg(f"thread-{i}", tenant_id="acme")) is not None
-    assert counter.calls == ["Decrypt"]
+        assert counter.calls == ["Decrypt"]
 
 
 async def test_async_saver_unwraps_in_a_worker_and_context_binds_the_tenant(
