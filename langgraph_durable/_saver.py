@@ -64,6 +64,8 @@ class _Call:
     make: Callable[[], Operation[Any]]
     write: bool = False
     keyed: bool = True
+    opens: bool = True
+    """Whether the operation opens stored records (which may need other key versions)."""
 
 
 def _next_need(missing: KeyMissing, need: frozenset[int], attempt: int) -> frozenset[int]:
@@ -156,9 +158,12 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
 
     def _keyed(self, call: _Call) -> Operation[Any]:
         """The call's operation, preceded by loading its tenant's keys when it needs them."""
-        if self._keys is None or not call.keyed:
+        keys = self._keys
+        if keys is None or not call.keyed:
             return call.make()
-        return Operation(self._keyed_steps(self._keys, call))
+        if call.write and not call.opens and keys.fresh(call.tenant, True):
+            return call.make()  # sealing needs only the active key, which is loaded
+        return Operation(self._keyed_steps(keys, call))
 
     def _keyed_steps(self, keys: KeyManager, call: _Call) -> Generator[Any, Any, Any]:
         """Make the tenant's keys ready, run the call; on a key version not loaded, again.
@@ -243,6 +248,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 key.tenant,
                 lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
                 write=True,
+                opens=False,
             )
         )
 
@@ -267,6 +273,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                     key, str(checkpoint_id), writes, str(task_id), task_path or ""
                 ),
                 write=True,
+                opens=False,
             )
         )
 

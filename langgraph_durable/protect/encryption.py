@@ -24,6 +24,7 @@ ciphertext.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -144,24 +145,30 @@ class Encryption:
         )
 
 
+def _lp(value: str) -> bytes:
+    raw = value.encode()
+    return len(raw).to_bytes(4, "big") + raw
+
+
+@functools.lru_cache(maxsize=4096)
+def _scope_aad(tenant: str, thread: str, ns: str) -> bytes:
+    return b"lgd-record/1" + _lp(tenant) + _lp(thread) + _lp(ns)
+
+
 def identity_aad(identity: RecordIdentity) -> bytes:
     """The record identity as associated data (length-prefixed fields)."""
-    out = bytearray(b"lgd-record/1")
-    for part in (
-        identity.tenant,
-        identity.thread,
-        identity.ns,
-        identity.kind,
-        identity.checkpoint_id,
-        identity.key,
-        identity.version,
-    ):
-        raw = part.encode()
-        out += len(raw).to_bytes(4, "big")
-        out += raw
-    return bytes(out)
+    return b"".join(
+        (
+            _scope_aad(identity.tenant, identity.thread, identity.ns),
+            _lp(identity.kind),
+            _lp(identity.checkpoint_id),
+            _lp(identity.key),
+            _lp(identity.version),
+        )
+    )
 
 
+@functools.lru_cache(maxsize=1024)
 def _header(version: int, key_id: str) -> bytes:
     kid = key_id.encode()[:255]
     return _MAGIC + bytes((_FORMAT,)) + version.to_bytes(4, "big") + bytes((len(kid),)) + kid
