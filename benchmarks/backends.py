@@ -224,7 +224,7 @@ class RedisBackend(Backend):
             if spec.kind == "ours":
                 from langgraph_durable.redis import RedisSaver
 
-                saver = RedisSaver(client, prefix=place)
+                saver = RedisSaver(client, prefix=place, **spec.kwargs())
                 saver.setup()
             else:
                 from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
@@ -250,7 +250,7 @@ class RedisBackend(Backend):
             if spec.kind == "ours":
                 from langgraph_durable.redis import AsyncRedisSaver
 
-                saver = AsyncRedisSaver(client, prefix=place)
+                saver = AsyncRedisSaver(client, prefix=place, **spec.kwargs())
                 await saver.setup()
             else:
                 from langgraph_checkpoint_plainredis import AsyncRedisSaver as PlainAsync
@@ -477,7 +477,7 @@ class DynamoDBBackend(Backend):
             from langgraph_durable.dynamodb import DynamoDBSaver
 
             client = self.client("dynamodb", pool=2 * pool_size, retries=1)
-            saver = DynamoDBSaver(client, table=place)
+            saver = DynamoDBSaver(client, table=place, **spec.kwargs())
             try:
                 saver.setup()
                 yield saver
@@ -500,7 +500,7 @@ class DynamoDBBackend(Backend):
             from langgraph_durable.dynamodb import AsyncDynamoDBSaver
 
             client = self.client("dynamodb", pool=2 * pool_size, retries=1)
-            saver = AsyncDynamoDBSaver(client, table=place)
+            saver = AsyncDynamoDBSaver(client, table=place, **spec.kwargs())
             try:
                 await saver.setup()
                 yield saver

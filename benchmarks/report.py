@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from savers import PAIRS, SPECS
+from savers import ENCRYPTED, ENCRYPTION_PAIRS, PAIRS, SPECS
 
 COLORS = {
     "ours": "#1f77b4",
@@ -22,6 +22,8 @@ COLORS = {
     "aws-dynamodb": "#d62728",
     "aws-dynamodb-async": "#fc9272",
 }
+# Encrypted twins of ours in green: "<name>-enc".
+COLORS |= {f"{n}-enc": "#98df8a" if "async" in n else "#2ca02c" for n in ENCRYPTED}
 
 SERVER_CPU = {
     "postgres": "PostgreSQL backends",
@@ -116,6 +118,7 @@ RATIO_KEYS = [
     ("get_tuple/s (C)", "get_per_s", True),
     ("put p50 (graph)", "put_p50_ms", False),
     ("client CPU/step", "cpu_ms_per_step", False),
+    ("raw client CPU/call", "raw_cpu_ms_per_call", False),
     ("server CPU/step", "server_cpu_ms_per_step", False),
     ("raw server CPU/call", "raw_server_cpu_ms_per_call", False),
     ("bytes/step", "bytes_per_step", False),
@@ -137,14 +140,16 @@ RATIO_KEYS = [
 
 
 def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Ours vs the saver it is compared with (``savers.PAIRS``), as "how many times better
-    ours is" (>1 = ours better).
+    """Ours vs the saver it is compared with (``savers.PAIRS``), and each encrypted saver
+    vs its unencrypted twin (``savers.ENCRYPTION_PAIRS``: "ours-enc vs ours"), as "how
+    many times better the first is" (>1 = first better; for an encrypted saver, 1 minus
+    the ratio is what encryption costs).
 
-    For throughput that is ours/upstream; for latency, CPU and bytes upstream/ours. The
+    For throughput that is first/second; for latency, CPU and bytes second/first. The
     per-round throughput ratios (same round, back to back) and their median are kept too.
     """
     out: dict[str, Any] = {}
-    for ours, up in PAIRS:
+    for ours, up in PAIRS + ENCRYPTION_PAIRS:
         if ours not in summary or up not in summary:
             continue
         pair: dict[str, Any] = {}
@@ -168,9 +173,12 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
 
 def ratio_lines(rat: dict[str, Any]) -> list[str]:
     lines = []
+    encrypted = {f"{enc} vs {plain}" for enc, plain in ENCRYPTION_PAIRS}
     for pair, vals in rat.items():
-        parts = [f"{k} {v:.2f}x" for k, v in vals.items() if isinstance(v, float)]
-        lines.append(f"{pair} (>1 = ours better): " + ", ".join(parts))
+        digits = 3 if pair in encrypted else 2
+        parts = [f"{k} {v:.{digits}f}x" for k, v in vals.items() if isinstance(v, float)]
+        who = "encrypted better; <1 = cost of encryption" if pair in encrypted else "ours better"
+        lines.append(f"{pair} (>1 = {who}): " + ", ".join(parts))
     return lines
 
 

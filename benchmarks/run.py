@@ -35,7 +35,7 @@ for _p in (str(HERE.parent), str(HERE)):
 import measure  # noqa: E402
 import report  # noqa: E402
 from backends import make_backends  # noqa: E402
-from savers import DEFAULT_SAVERS, SPECS, unavailable  # noqa: E402
+from savers import DEFAULT_SAVERS, ENCRYPTED, SPECS, unavailable  # noqa: E402
 from workload import record_calls  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -81,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--savers",
         default=None,
         help=f"comma list from: {', '.join(SPECS)}\n(default: those of --backend)",
+    )
+    p.add_argument(
+        "--compare-encryption",
+        action="store_true",
+        help="run each of our savers next to its encrypted twin <name>-enc\n"
+        "(encryption= with a LocalKeyring) and print the ratios enc/plain",
     )
     p.add_argument("--mode", choices=("graph", "raw", "both"), default="both")
     p.add_argument("--pool-size", type=int, default=4, help="connections per saver pool")
@@ -139,6 +145,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         wanted = BACKENDS if args.backend == "all" else (args.backend,)
         names = [n for b in wanted for n in DEFAULT_SAVERS[b].split(",")]
         args.savers = ",".join(dict.fromkeys(names))  # InMemorySaver once
+    if args.compare_encryption:  # each of ours, then its encrypted twin
+        names = [n.strip() for n in args.savers.split(",") if n.strip()]
+        args.savers = ",".join(
+            dict.fromkeys(m for n in names for m in (n, ENCRYPTED.get(n)) if m is not None)
+        )
     if args.quick:
         args.turns, args.threads, args.raw_threads = 2, 8, 12
         args.reads, args.history, args.rounds = 3, 30, 2
@@ -289,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         | {
             "backend": args.backend,
             "dynamodb_timings": args.dynamodb_timings,
+            "compare_encryption": args.compare_encryption,
             "mode": args.mode,
             "savers": names,
             "recorded_puts": n_put,

@@ -6,7 +6,7 @@ import contextlib
 import importlib
 import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -24,6 +24,18 @@ class SaverSpec:
     uses_db: bool
     kind: str  # "ours" | "upstream" (the saver ours is compared with) | "memory"
     backend: str = "postgres"  # "postgres" | "redis" | "dynamodb" | "memory"
+    encrypted: bool = False  # ours with encryption= (a LocalKeyring): see encryption()
+
+    def kwargs(self) -> dict[str, Any]:
+        """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin."""
+        return {"encryption": encryption()} if self.encrypted else {}
+
+
+def encryption() -> Any:
+    """Envelope encryption with a fresh local key (AES-256-GCM), default settings."""
+    from langgraph_durable.protect import Encryption, LocalKeyring
+
+    return Encryption(LocalKeyring({"bench": os.urandom(32)}, "bench"))
 
 
 SPECS: dict[str, SaverSpec] = {
@@ -60,6 +72,12 @@ SPECS: dict[str, SaverSpec] = {
         ),
     )
 }
+# Each of ours has an encrypted twin, "<name>-enc" ("ours-async" -> "ours-async-enc").
+ENCRYPTED: dict[str, str] = {n: f"{n}-enc" for n, s in SPECS.items() if s.kind == "ours"}
+SPECS |= {
+    enc: replace(SPECS[n], name=enc, label=f"{SPECS[n].label}, encrypted", encrypted=True)
+    for n, enc in ENCRYPTED.items()
+}
 
 # Each of ours next to the saver it is compared with (ratios are ours / theirs).
 PAIRS: list[tuple[str, str]] = [
@@ -70,6 +88,8 @@ PAIRS: list[tuple[str, str]] = [
     ("dynamodb", "aws-dynamodb"),
     ("dynamodb-async", "aws-dynamodb-async"),
 ]
+# Each encrypted saver next to its unencrypted twin (ratios are encrypted / plain).
+ENCRYPTION_PAIRS: list[tuple[str, str]] = [(enc, plain) for plain, enc in ENCRYPTED.items()]
 
 # What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
 DEFAULT_SAVERS: dict[str, str] = {
@@ -233,7 +253,7 @@ def open_sync(spec: SaverSpec, url: str, schema: str, pool_size: int) -> Iterato
         pool = ConnectionPool(url, min_size=pool_size, max_size=pool_size, open=True)
         try:
             pool.wait()
-            saver = OursSaver(pool, schema=schema)
+            saver = OursSaver(pool, schema=schema, **spec.kwargs())
             saver.setup()
             yield saver
         finally:
@@ -269,7 +289,7 @@ async def open_async(spec: SaverSpec, url: str, schema: str, pool_size: int) -> 
         pool = AsyncConnectionPool(url, min_size=pool_size, max_size=pool_size, open=False)
         await pool.open(wait=True)
         try:
-            saver = OursAsync(pool, schema=schema)
+            saver = OursAsync(pool, schema=schema, **spec.kwargs())
             await saver.setup()
             yield saver
         finally:
