@@ -41,6 +41,7 @@ from .protect.pipeline import IdentityPipeline
 
 if TYPE_CHECKING:
     from .protect.encryption import Encryption
+    from .protect.redaction import Redaction
 
 __all__ = ["DurableSaverBase", "SyncSaverMethods", "AsyncSaverMethods", "TenantResolver"]
 
@@ -88,6 +89,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
 
     _keys: KeyManager | None = None
     encryption: Encryption | None = None
+    redaction: Redaction | None = None
 
     def _init_base(
         self,
@@ -95,8 +97,18 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         tenant: str | TenantResolver | None,
         default_tenant: str,
         encryption: Encryption | None = None,
+        redaction: Redaction | None = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
+        if redaction is not None:
+            from .protect.redaction import Redaction
+
+            if not isinstance(redaction, Redaction):
+                raise ConfigurationError(
+                    "redaction must be None or a langgraph_durable.protect.Redaction, "
+                    f"got {redaction!r}"
+                )
+            self.redaction = redaction
         if encryption is not None:
             from .protect.encryption import Encryption
 
@@ -141,6 +153,11 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
         else:
             self.pipeline = IdentityPipeline(self.serde)
+        if self.redaction is not None:
+            from .protect.redaction import RedactionPipeline
+
+            # redact -> serialize -> encrypt: redaction wraps the rest of the pipeline
+            self.pipeline = RedactionPipeline(self.pipeline, self.redaction)  # type: ignore[assignment]
         self._ops = self._make_ops(CheckpointCodec(self.pipeline, self._delta_chain()))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:

@@ -27,9 +27,17 @@ __all__ = [
     "run_canary_graph",
     "arun_canary_graph",
     "local_encryption",
+    "meta_identity",
     "flip_bit",
     "state_has_canaries",
 ]
+
+
+def meta_identity(tenant: str) -> Any:
+    """A metadata record identity of ``tenant`` (what ``metadata_index`` is computed for)."""
+    from langgraph_durable._core.records import RecordIdentity, RecordKind
+
+    return RecordIdentity(tenant, "", "", RecordKind.METADATA)
 
 
 def local_encryption(**kwargs: Any) -> Encryption:

@@ -63,8 +63,8 @@ class RecordPipeline(Protocol):
     binds_identity: bool
     """Whether a sealed payload only opens under its own identity (encryption)."""
 
-    def metadata_index(self, tenant: str, metadata: dict[str, Any]) -> dict[str, Any]:
-        """The part of the metadata that is stored in clear for filtering."""
+    def metadata_index(self, identity: RecordIdentity, metadata: dict[str, Any]) -> dict[str, Any]:
+        """The part of the metadata (of the record ``identity``) stored in clear for filtering."""
         ...
 
     def split_filter(
@@ -74,13 +74,17 @@ class RecordPipeline(Protocol):
         ...
 
     def check_metadata(
-        self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed
+        self,
+        identity: RecordIdentity,
+        metadata: Any,
+        stored_index: dict[str, Any] | None,
+        sealed: Sealed,
     ) -> None:
         """Raise if the stored clear index disagrees with the opened metadata."""
         ...
 
-    def serialize(self, value: Any) -> tuple[str, bytes]:
-        """The (type, bytes) ``seal`` would protect for ``value``."""
+    def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
+        """The (type, bytes) ``seal`` would protect for ``value`` stored as ``identity``."""
         ...
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
@@ -231,7 +235,7 @@ class CheckpointCodec:
 
     def __init__(self, pipeline: RecordPipeline, delta_chain: int = 0) -> None:
         self.pipeline = pipeline
-        self.deltas = DeltaTracker(delta_chain, pipeline.serialize) if delta_chain > 0 else None
+        self.deltas = DeltaTracker(delta_chain) if delta_chain > 0 else None
 
     # ---- writing -------------------------------------------------------------
 
@@ -279,10 +283,11 @@ class CheckpointCodec:
                 continue
             value = blob_values[ch]
             identity = RecordIdentity(
-                key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver)
+                key.tenant, key.thread, key.ns, RecordKind.BLOB, "", ch, str(ver), ch
             )
             if self.deltas is not None and type(value) is list:
-                plan = self.deltas.plan(scope, ch, str(ver), value)
+                serialized = self.pipeline.serialize(identity, value)
+                plan = self.deltas.plan(scope, ch, str(ver), value, serialized)
                 written = plan.written
                 if plan.base is not None and allow_delta:
                     tail = self.pipeline.seal(identity, value[plan.prefix :])
@@ -310,7 +315,9 @@ class CheckpointCodec:
             v=int(checkpoint.get("v", 1)),
             run_id=run_id if isinstance(run_id, str) else None,
             blob_refs=blob_refs,
-            metadata_index=self.pipeline.metadata_index(key.tenant, dict(full_metadata)),
+            metadata_index=self.pipeline.metadata_index(
+                self._metadata_identity(key, checkpoint_id), dict(full_metadata)
+            ),
             body=self.pipeline.seal(self._body_identity(key, checkpoint_id), body),
             metadata=self.pipeline.seal(self._metadata_identity(key, checkpoint_id), full_metadata),
             blobs=blobs,
@@ -379,6 +386,7 @@ class CheckpointCodec:
                             checkpoint_id,
                             task_id,
                             str(index),
+                            channel,
                         ),
                         value,
                     ),
@@ -418,15 +426,17 @@ class CheckpointCodec:
                 values.pop(channel, None)
                 continue
             values[channel] = self.pipeline.open(
-                RecordIdentity(tenant, thread, ns, RecordKind.BLOB, "", channel, version), sealed
+                RecordIdentity(tenant, thread, ns, RecordKind.BLOB, "", channel, version, channel),
+                sealed,
             )
         body["channel_values"] = values
         if int(body.get("v", 1)) < _SENDS_IN_CHANNELS_SINCE and stored.parent_checkpoint_id:
             self._migrate_pending_sends(pkey, stored, body)
-        metadata = self.pipeline.open(
-            self._metadata_identity(pkey, stored.checkpoint_id), stored.metadata
+        meta_identity = self._metadata_identity(pkey, stored.checkpoint_id)
+        metadata = self.pipeline.open(meta_identity, stored.metadata)
+        self.pipeline.check_metadata(
+            meta_identity, metadata, stored.metadata_index, stored.metadata
         )
-        self.pipeline.check_metadata(tenant, metadata, stored.metadata_index, stored.metadata)
         writes = sorted(stored.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2]))
         pending = [
             PendingWrite(
@@ -441,6 +451,7 @@ class CheckpointCodec:
                         stored.checkpoint_id,
                         task_id,
                         str(idx),
+                        channel,
                     ),
                     sealed,
                 ),
@@ -531,7 +542,7 @@ class CheckpointCodec:
             return None
         return self.pipeline.open(
             RecordIdentity(
-                key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version
+                key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version, channel
             ),
             sealed,
         )
@@ -547,7 +558,14 @@ class CheckpointCodec:
         body["channel_values"][TASKS] = [
             self.pipeline.open(
                 RecordIdentity(
-                    key.tenant, key.thread, key.ns, RecordKind.WRITE, parent, task_id, str(idx)
+                    key.tenant,
+                    key.thread,
+                    key.ns,
+                    RecordKind.WRITE,
+                    parent,
+                    task_id,
+                    str(idx),
+                    TASKS,
                 ),
                 sealed,
             )

@@ -99,28 +99,33 @@ class DeltaTracker:
 
     Args:
         max_chain: Most deltas between two full copies (at least 1).
-        serialize: The (type, bytes) a value is stored as before any encryption.
         capacity: Most (scope, channel) pairs remembered.
     """
 
-    def __init__(
-        self,
-        max_chain: int,
-        serialize: Callable[[Any], tuple[str, bytes]],
-        capacity: int = TRACKED_MAX,
-    ) -> None:
+    def __init__(self, max_chain: int, capacity: int = TRACKED_MAX) -> None:
         self.max_chain = max_chain
-        self._serialize = serialize
         self._capacity = capacity
         self._last: OrderedDict[tuple[Hashable, str], Written] = OrderedDict()
         self._lock = threading.Lock()
 
-    def plan(self, scope: Hashable, channel: str, version: str, value: list[Any]) -> DeltaPlan:
-        """How to store ``value`` as ``version`` of ``channel`` (delta or full)."""
-        try:
-            serialized = self._serialize(value)
-        except Exception:  # the full write reports what the serializer rejects
-            return DeltaPlan(None, 0, None, None)
+    def plan(
+        self,
+        scope: Hashable,
+        channel: str,
+        version: str,
+        value: list[Any],
+        serialized: tuple[str, bytes],
+    ) -> DeltaPlan:
+        """How to store ``value`` as ``version`` of ``channel`` (delta or full).
+
+        Args:
+            scope: Whose lists are compared (tenant, thread, namespace).
+            channel: The channel.
+            version: The version being written.
+            value: The list.
+            serialized: The (type, bytes) the list is stored as before any
+                encryption (the record pipeline's ``serialize``).
+        """
         body = _array_items(serialized[0], serialized[1], len(value))
         if body is None:
             return DeltaPlan(None, 0, serialized, None)

@@ -39,6 +39,9 @@ class RecordIdentity:
             shared by every checkpoint that references their version).
         key: Channel name for blobs; ``task_id`` for writes.
         version: Channel version for blobs; write index for writes.
+        channel: The channel the value belongs to (blobs and writes), for
+            per-channel redaction rules; not part of what encryption binds
+            (the other fields already name the record).
     """
 
     tenant: str
@@ -48,6 +51,7 @@ class RecordIdentity:
     checkpoint_id: str = ""
     key: str = ""
     version: str = ""
+    channel: str = ""
 
 
 @dataclass(frozen=True, slots=True)

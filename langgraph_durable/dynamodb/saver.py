@@ -23,6 +23,7 @@ from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
 from ..protect.encryption import Encryption
+from ..protect.redaction import Redaction
 from . import _driver
 from ._ops import DynamoDBOps, RetryPolicy, validate_table_name
 
@@ -172,7 +173,7 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
     return settings
 
 
-_SAVER_ARGS = ("client", "serde", "tenant", "clock", "encryption")
+_SAVER_ARGS = ("client", "serde", "tenant", "clock", "encryption", "redaction")
 
 
 class _DynamoDBSaverBase(DurableSaverBase):
@@ -190,6 +191,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         tenant: str | TenantResolver | None = None,
         clock: Callable[[], float] | None = None,
         encryption: Encryption | None = None,
+        redaction: Redaction | None = None,
         **settings: Any,
     ) -> None:
         if options is not None and settings:
@@ -201,7 +203,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         if not isinstance(self.options, DynamoDBOptions):
             raise ConfigurationError(f"options must be DynamoDBOptions, got {options!r}")
         self._clock = clock or time.time
-        self._init_base(serde, tenant, self.options.default_tenant, encryption)
+        self._init_base(serde, tenant, self.options.default_tenant, encryption, redaction)
         self._owns_client = client is None
         self.client = (
             _driver.make_client(self.options) if client is None else _driver.check_client(client)
@@ -255,6 +257,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
         encryption: Envelope encryption of every stored payload
             (:class:`~langgraph_durable.protect.Encryption`); None stores them
             unencrypted. Tenants' wrapped data keys live in the same table.
+        redaction: PII redaction before anything is stored
+            (:class:`~langgraph_durable.protect.Redaction`); None stores values
+            as they are.
         **settings: :class:`DynamoDBOptions` fields, when ``options`` is None.
 
     Example:

@@ -19,6 +19,7 @@ from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
 from ..protect.encryption import Encryption
+from ..protect.redaction import Redaction
 from . import _driver
 from ._sql import PostgresOps, validate_schema_name
 
@@ -113,11 +114,12 @@ class _PostgresSaverBase(DurableSaverBase):
         pool_size: int = 4,
         pool_timeout: float = 30.0,
         encryption: Encryption | None = None,
+        redaction: Redaction | None = None,
     ) -> None:
         self.options = _options(
             schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
         )
-        self._init_base(serde, tenant, default_tenant, encryption)
+        self._init_base(serde, tenant, default_tenant, encryption, redaction)
         self._conn = self._connector(conn, self.options)
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
@@ -152,6 +154,9 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
         encryption: Envelope encryption of every stored payload
             (:class:`~langgraph_durable.protect.Encryption`); None stores
             payloads serialized only.
+        redaction: PII redaction before anything is stored
+            (:class:`~langgraph_durable.protect.Redaction`); None stores values
+            as they are.
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:

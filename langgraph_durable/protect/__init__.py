@@ -10,6 +10,7 @@ every payload is encrypted and bound to its record identity.
 from .encryption import Encryption, EncryptionPipeline
 from .keyring import KeyProvider, KmsKeyring, LocalKeyring
 from .pipeline import IdentityPipeline
+from .redaction import Redaction, RedactionPipeline, Rule
 from .serde import EnvelopeSerializer
 
 __all__ = [
@@ -20,4 +21,7 @@ __all__ = [
     "KeyProvider",
     "KmsKeyring",
     "LocalKeyring",
+    "Redaction",
+    "RedactionPipeline",
+    "Rule",
 ]

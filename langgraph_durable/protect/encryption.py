@@ -267,7 +267,8 @@ class EncryptionPipeline(IdentityPipeline):
         )
         return _BLIND_PREFIX + mac.hexdigest()[:32]
 
-    def metadata_index(self, tenant: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    def metadata_index(self, identity: RecordIdentity, metadata: dict[str, Any]) -> dict[str, Any]:
+        tenant = identity.tenant
         out: dict[str, Any] = {}
         for key, value in metadata.items():
             if key in self._clear:
@@ -306,13 +307,17 @@ class EncryptionPipeline(IdentityPipeline):
         return True
 
     def check_metadata(
-        self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed
+        self,
+        identity: RecordIdentity,
+        metadata: Any,
+        stored_index: dict[str, Any] | None,
+        sealed: Sealed,
     ) -> None:
         if stored_index is None or sealed.type != ENCRYPTED_TYPE or not isinstance(metadata, dict):
             return
-        expected = self.metadata_index(tenant, metadata)
+        expected = self.metadata_index(identity, metadata)
         if expected != stored_index:
             raise DecryptionError(
-                f"the clear metadata of a checkpoint of tenant {tenant!r} does not match its "
-                f"encrypted metadata (stored keys {sorted(stored_index)}): it was altered"
+                f"the clear metadata of a checkpoint of tenant {identity.tenant!r} does not "
+                f"match its encrypted metadata (stored keys {sorted(stored_index)}): it was altered"
             )

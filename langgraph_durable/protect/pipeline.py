@@ -30,7 +30,7 @@ class IdentityPipeline:
         self.serde = serde
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
-        return self.seal_serialized(identity, self.serialize(value))
+        return self.seal_serialized(identity, self.serialize(identity, value))
 
     def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
         try:
@@ -41,7 +41,7 @@ class IdentityPipeline:
                 f"(checkpoint {identity.checkpoint_id or '-'}, key {identity.key or '-'}): {exc}"
             ) from exc
 
-    def metadata_index(self, tenant: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    def metadata_index(self, identity: RecordIdentity, metadata: dict[str, Any]) -> dict[str, Any]:
         return json_safe_metadata(metadata)
 
     def split_filter(
@@ -50,11 +50,15 @@ class IdentityPipeline:
         return filter, None
 
     def check_metadata(
-        self, tenant: str, metadata: Any, stored_index: dict[str, Any] | None, sealed: Sealed
+        self,
+        identity: RecordIdentity,
+        metadata: Any,
+        stored_index: dict[str, Any] | None,
+        sealed: Sealed,
     ) -> None:
         return None
 
-    def serialize(self, value: Any) -> tuple[str, bytes]:
+    def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
         return self.serde.dumps_typed(value)
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:

@@ -21,6 +21,7 @@ from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
 from ..protect.encryption import Encryption
+from ..protect.redaction import Redaction
 from . import _driver
 from ._ops import LIST_PAGE_SIZE, KeyLayout, RedisOps, SetupResult, validate_prefix
 
@@ -111,6 +112,7 @@ class _RedisSaverBase(DurableSaverBase):
         delta_chain: int = DEFAULT_MAX_CHAIN,
         options: RedisOptions | None = None,
         encryption: Encryption | None = None,
+        redaction: Redaction | None = None,
     ) -> None:
         if options is None:
             options = RedisOptions(
@@ -125,7 +127,7 @@ class _RedisSaverBase(DurableSaverBase):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
         self._conn = self._driver_type(conn)
-        self._init_base(serde, tenant, options.default_tenant, encryption)
+        self._init_base(serde, tenant, options.default_tenant, encryption, redaction)
 
     def _delta_chain(self) -> int:
         return self.options.delta_chain
@@ -183,6 +185,10 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
         options: A :class:`RedisOptions`; when given it replaces the option
             arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
             page_size, delta_chain).
+        encryption: Envelope encryption of every stored payload
+            (:class:`~langgraph_durable.protect.Encryption`); None: off.
+        redaction: PII redaction before anything is stored
+            (:class:`~langgraph_durable.protect.Redaction`); None: off.
 
     Example:
         >>> with RedisSaver.from_conn_string("redis://localhost:6379/0") as saver:

@@ -31,6 +31,7 @@ from tests.encryption_helpers import (
     canary_hits,
     flip_bit,
     local_encryption,
+    meta_identity,
     run_canary_graph,
     state_has_canaries,
 )
@@ -320,7 +321,7 @@ def test_the_clear_index_round_trips_as_the_pipeline_made_it(
     stored = saver.put(cfg("a"), make_cp(), metadata, {})
     tup = saver.get_tuple(stored)
     assert tup is not None and tup.metadata == metadata
-    expected = saver.pipeline.metadata_index("default", dict(tup.metadata))
+    expected = saver.pipeline.metadata_index(meta_identity("default"), dict(tup.metadata))
     assert json.loads(_pointer(client, dynamodb_table)["mi"]["S"]) == expected
     assert expected["user_email"].startswith("bi1:") and "secret" not in expected
 

@@ -89,6 +89,7 @@ def make_pipeline(**kwargs: Any) -> tuple[EncryptionPipeline, KeyManager, Memory
     return EncryptionPipeline(JsonPlusSerializer(), enc, keys.cache), keys, store
 
 
+META = RecordIdentity("t", "thread", "", RecordKind.METADATA, "cp")
 IDENTITY = RecordIdentity("t", "thread", "", RecordKind.BLOB, "", "messages", "00001.5")
 
 
@@ -140,15 +141,15 @@ def test_plaintext_fails_closed_unless_migrating() -> None:
 def test_metadata_index_keeps_only_allowed_keys_and_blinds_searchable_ones() -> None:
     pipeline, _, _ = make_pipeline(searchable_metadata=("user",))
     meta = {"source": "loop", "step": 2, "user": "ann@example.com", "email": "x@y.z"}
-    index = pipeline.metadata_index("t", meta)
+    index = pipeline.metadata_index(META, meta)
     assert index["source"] == "loop" and index["step"] == 2 and "email" not in index
     assert index["user"].startswith("bi1:") and "ann" not in index["user"]
     server, client = pipeline.split_filter("t", {"user": "ann@example.com", "email": "x@y.z"})
     assert server == {"user": index["user"]} and client == {"email": "x@y.z"}
     sealed = pipeline.seal(dataclasses.replace(IDENTITY, kind=RecordKind.METADATA), meta)
-    pipeline.check_metadata("t", meta, index, sealed)
+    pipeline.check_metadata(META, meta, index, sealed)
     with pytest.raises(DecryptionError, match="clear metadata"):
-        pipeline.check_metadata("t", meta, {**index, "step": 3}, sealed)
+        pipeline.check_metadata(META, meta, {**index, "step": 3}, sealed)
 
 
 def test_a_lost_race_to_create_a_version_uses_the_winners_key() -> None:

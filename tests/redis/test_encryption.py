@@ -32,6 +32,7 @@ from tests.encryption_helpers import (
     canary_hits,
     flip_bit,
     local_encryption,
+    meta_identity,
     run_canary_graph,
     state_has_canaries,
 )
@@ -449,7 +450,7 @@ def test_stored_index_is_the_pipeline_index(redis_url: str, redis_prefix: str) -
             for tup in saver.list(cfg("t1", tenant_id="acme")):
                 cid = tup.config["configurable"]["checkpoint_id"]
                 stored = json.loads(Raw(client, saver, "t1", "acme").payload(cid)[0])
-                assert stored == saver.pipeline.metadata_index("acme", tup.metadata)
+                assert stored == saver.pipeline.metadata_index(meta_identity("acme"), tup.metadata)
                 assert stored["user_email"].startswith("bi1:")
                 assert stored["source"] == "loop"
     finally:

@@ -1,0 +1,187 @@
+"""Rewrite every string inside a value, keeping the value's types.
+
+Used by redaction: it walks what a graph stores (LangChain messages, dicts,
+lists, tuples, dataclasses, pydantic models, LangGraph ``Send`` and
+``Interrupt``) and returns a copy in which each string went through a
+function. Objects in which nothing changed are returned as they are (no copy),
+and the input is never mutated, so the running graph keeps its own objects.
+
+Identifiers are left alone, since rewriting them would break an agent: message
+and tool-call ids, ``tool_call_id``, a tool call's ``name`` and ``type``, and
+a message's ``response_metadata`` / ``usage_metadata`` (model bookkeeping).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+_Send: Any
+try:  # langgraph itself is optional (langgraph-checkpoint is what the savers need)
+    from langgraph.types import Send as _Send
+except ImportError:  # pragma: no cover - depends on what is installed
+    _Send = None
+
+__all__ = ["StringRewriter"]
+
+# Keys and fields that hold identifiers or bookkeeping, never user text.
+_ID_FIELDS = frozenset({"id", "tool_call_id", "type"})
+_MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id", "name", "response_metadata"})
+_MESSAGE_SKIP |= {"usage_metadata", "lc_attributes", "example"}
+_TOOL_CALL_TEXT = ("args",)
+_MAX_DEPTH = 64
+
+
+def _pydantic_fields(value: Any) -> Any:
+    fields = getattr(type(value), "model_fields", None)
+    return fields if isinstance(fields, dict) else None
+
+
+class StringRewriter:
+    """Applies ``rewrite(text) -> text`` to every string inside a value.
+
+    Args:
+        rewrite: The function applied to each string.
+    """
+
+    def __init__(self, rewrite: Callable[[str], str]) -> None:
+        self.rewrite = rewrite
+
+    def __call__(self, value: Any) -> Any:
+        return self._walk(value, 0)
+
+    def _walk(self, value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return self.rewrite(value)
+        if value is None or isinstance(value, (bool, int, float, bytes)) or depth > _MAX_DEPTH:
+            return value
+        if isinstance(value, dict):
+            return self._dict(value, depth, _ID_FIELDS)
+        if isinstance(value, list):
+            return self._seq(value, depth, list)
+        if isinstance(value, tuple):
+            if hasattr(value, "_fields"):  # a namedtuple
+                items = self._seq(list(value), depth, list)
+                return value if items is value else type(value)(*items)
+            return self._seq(value, depth, type(value) if type(value) is tuple else None)
+        message = self._message(value, depth)
+        if message is not None:
+            return message
+        if _pydantic_fields(value) is not None:
+            return self._model(value, depth, _ID_FIELDS)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self._dataclass(value, depth)
+        send = self._send(value, depth)
+        if send is not None:
+            return send
+        return value
+
+    def _dict(self, value: dict[Any, Any], depth: int, skip: frozenset[str]) -> dict[Any, Any]:
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            if key in skip:
+                continue
+            new = self._walk(item, depth + 1)
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        if out is None:
+            return value
+        if type(value) is not dict:
+            try:
+                return type(value)(out)
+            except Exception:  # a dict subclass with another constructor
+                return out
+        return out
+
+    def _seq(self, value: Any, depth: int, kind: Any) -> Any:
+        out: list[Any] | None = None
+        for i, item in enumerate(value):
+            new = self._walk(item, depth + 1)
+            if new is not item:
+                if out is None:
+                    out = list(value)
+                out[i] = new
+        if out is None:
+            return value
+        if kind is list and type(value) is not list:
+            try:
+                return type(value)(out)
+            except Exception:
+                return out
+        return out if kind is list else (kind or tuple)(out)
+
+    def _model(self, value: Any, depth: int, skip: frozenset[str]) -> Any:
+        changes: dict[str, Any] = {}
+        for name in _pydantic_fields(value):
+            if name in skip:
+                continue
+            item = getattr(value, name, None)
+            new = self._walk(item, depth + 1)
+            if new is not item:
+                changes[name] = new
+        return value.model_copy(update=changes) if changes else value
+
+    def _message(self, value: Any, depth: int) -> Any:
+        """A LangChain message: content, tool-call arguments, kwargs, artifact."""
+        if not (hasattr(value, "content") and hasattr(value, "additional_kwargs")):
+            return None
+        if _pydantic_fields(value) is None:
+            return None
+        changes: dict[str, Any] = {}
+        for name in _pydantic_fields(value):
+            if name in _MESSAGE_SKIP:
+                continue
+            item = getattr(value, name, None)
+            if name in ("tool_calls", "invalid_tool_calls", "tool_call_chunks") and isinstance(
+                item, list
+            ):
+                new = self._tool_calls(item, depth)
+            else:
+                new = self._walk(item, depth + 1)
+            if new is not item:
+                changes[name] = new
+        return value.model_copy(update=changes) if changes else value
+
+    def _tool_calls(self, calls: list[Any], depth: int) -> list[Any]:
+        out: list[Any] | None = None
+        for i, call in enumerate(calls):
+            if not isinstance(call, dict):
+                continue
+            new_call = None
+            for field in _TOOL_CALL_TEXT:
+                if field in call:
+                    new = self._walk(call[field], depth + 2)
+                    if new is not call[field]:
+                        new_call = dict(call) if new_call is None else new_call
+                        new_call[field] = new
+            if new_call is not None:
+                if out is None:
+                    out = list(calls)
+                out[i] = new_call
+        return calls if out is None else out
+
+    def _dataclass(self, value: Any, depth: int) -> Any:
+        changes: dict[str, Any] = {}
+        for field in dataclasses.fields(value):
+            if not field.init or field.name in _ID_FIELDS:
+                continue
+            item = getattr(value, field.name, None)
+            new = self._walk(item, depth + 1)
+            if new is not item:
+                changes[field.name] = new
+        if not changes:
+            return value
+        try:
+            return dataclasses.replace(value, **changes)
+        except Exception:  # a dataclass that cannot be rebuilt is stored as it is
+            return value
+
+    def _send(self, value: Any, depth: int) -> Any:
+        """LangGraph's ``Send(node, arg)`` (a slotted class, not a dataclass)."""
+        if _Send is None or not isinstance(value, _Send):
+            return None
+        arg = self._walk(value.arg, depth + 1)
+        return value if arg is value.arg else _Send(value.node, arg)
