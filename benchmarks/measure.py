@@ -38,6 +38,7 @@ class Settings:
     rounds: int
     ours_partitions: int = 0
     rtt_ms: float = 0.0  # > 0: also time calls through the relay with this added per round trip
+    pii: bool = False  # workload variant: per-thread text with e-mail addresses, phone numbers
     # backend name -> backends.Backend (where each saver's data lives); not a setting
     backends: dict[str, Any] = field(default_factory=dict)
 
@@ -148,7 +149,7 @@ class Session:
 
     def graph(self, turns: int) -> Any:
         if turns not in self._graphs:
-            self._graphs[turns] = build_graph(turns, self.saver)
+            self._graphs[turns] = build_graph(turns, self.saver, self.s.pii)
         return self._graphs[turns]
 
     # -- generic fan-out: fn_sync(item) on C threads, or fn_async(item) on C tasks
@@ -175,13 +176,13 @@ class Session:
         self, thread_nos: list[int], turns: int | None = None, concurrency: int | None = None
     ) -> None:
         graph = self.graph(turns or self.s.turns)
-        d = self.s.durability
+        d, pii = self.s.durability, self.s.pii
 
         def one(i: int) -> None:
-            graph.invoke(graph_input(i), thread_config(f"g-{i}"), durability=d)
+            graph.invoke(graph_input(i, pii), thread_config(f"g-{i}"), durability=d)
 
         async def aone(i: int) -> None:
-            await graph.ainvoke(graph_input(i), thread_config(f"g-{i}"), durability=d)
+            await graph.ainvoke(graph_input(i, pii), thread_config(f"g-{i}"), durability=d)
 
         self.fan_out(one, aone, thread_nos, concurrency)
 

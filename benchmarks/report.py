@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from savers import ENCRYPTED, ENCRYPTION_PAIRS, PAIRS, SPECS
+from savers import ENCRYPTED, ENCRYPTION_PAIRS, PAIRS, REDACTED, REDACTION_PAIRS, SPECS
 
 COLORS = {
     "ours": "#1f77b4",
@@ -24,6 +24,8 @@ COLORS = {
 }
 # Encrypted twins of ours in green: "<name>-enc".
 COLORS |= {f"{n}-enc": "#98df8a" if "async" in n else "#2ca02c" for n in ENCRYPTED}
+# Redacted twins in purple: "<name>-red".
+COLORS |= {f"{n}-red": "#c5b0d5" if "async" in n else "#9467bd" for n in REDACTED}
 
 SERVER_CPU = {
     "postgres": "PostgreSQL backends",
@@ -140,16 +142,16 @@ RATIO_KEYS = [
 
 
 def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Ours vs the saver it is compared with (``savers.PAIRS``), and each encrypted saver
-    vs its unencrypted twin (``savers.ENCRYPTION_PAIRS``: "ours-enc vs ours"), as "how
-    many times better the first is" (>1 = first better; for an encrypted saver, 1 minus
-    the ratio is what encryption costs).
+    """Ours vs the saver it is compared with (``savers.PAIRS``), and each encrypted or
+    redacted saver vs its plain twin (``savers.ENCRYPTION_PAIRS``, ``REDACTION_PAIRS``:
+    "ours-enc vs ours", "ours-red vs ours"), as "how many times better the first is" (>1 =
+    first better; for a twin, 1 minus the ratio is what encryption or redaction costs).
 
     For throughput that is first/second; for latency, CPU and bytes second/first. The
     per-round throughput ratios (same round, back to back) and their median are kept too.
     """
     out: dict[str, Any] = {}
-    for ours, up in PAIRS + ENCRYPTION_PAIRS:
+    for ours, up in PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS:
         if ours not in summary or up not in summary:
             continue
         pair: dict[str, Any] = {}
@@ -173,11 +175,16 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
 
 def ratio_lines(rat: dict[str, Any]) -> list[str]:
     lines = []
-    encrypted = {f"{enc} vs {plain}" for enc, plain in ENCRYPTION_PAIRS}
+    twins = {f"{t} vs {p}": ("encrypted", "encryption") for t, p in ENCRYPTION_PAIRS}
+    twins |= {f"{t} vs {p}": ("redacted", "redaction") for t, p in REDACTION_PAIRS}
     for pair, vals in rat.items():
-        digits = 3 if pair in encrypted else 2
+        digits = 3 if pair in twins else 2
         parts = [f"{k} {v:.{digits}f}x" for k, v in vals.items() if isinstance(v, float)]
-        who = "encrypted better; <1 = cost of encryption" if pair in encrypted else "ours better"
+        who = (
+            f"{twins[pair][0]} better; <1 = cost of {twins[pair][1]}"
+            if pair in twins
+            else "ours better"
+        )
         lines.append(f"{pair} (>1 = {who}): " + ", ".join(parts))
     return lines
 
@@ -341,7 +348,8 @@ def chart(
         f"{st['threads']} graph threads, "
         f"{st['raw_threads']} raw threads, concurrency {st['concurrency']}, "
         f"pool {st['pool_size']}, "
-        f"durability={st['durability']}, {doc['environment'].get('cpu_count')} CPUs",
+        f"durability={st['durability']}, {doc['environment'].get('cpu_count')} CPUs"
+        + (", --pii workload" if st.get("pii") else ""),
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.95))

@@ -35,7 +35,7 @@ for _p in (str(HERE.parent), str(HERE)):
 import measure  # noqa: E402
 import report  # noqa: E402
 from backends import make_backends  # noqa: E402
-from savers import DEFAULT_SAVERS, ENCRYPTED, SPECS, unavailable  # noqa: E402
+from savers import DEFAULT_SAVERS, ENCRYPTED, REDACTED, SPECS, unavailable  # noqa: E402
 from workload import record_calls  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -87,6 +87,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="run each of our savers next to its encrypted twin <name>-enc\n"
         "(encryption= with a LocalKeyring) and print the ratios enc/plain",
+    )
+    p.add_argument(
+        "--compare-redaction",
+        action="store_true",
+        help="run each of our savers next to its redacted twin <name>-red\n"
+        "(redaction=Redaction(): every built-in detector) and print the ratios red/plain",
+    )
+    p.add_argument(
+        "--pii",
+        action="store_true",
+        help="workload variant: every thread's message text is its own; the input\n"
+        "holds an e-mail address, every tool result one and a phone number",
     )
     p.add_argument("--mode", choices=("graph", "raw", "both"), default="both")
     p.add_argument("--pool-size", type=int, default=4, help="connections per saver pool")
@@ -145,10 +157,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         wanted = BACKENDS if args.backend == "all" else (args.backend,)
         names = [n for b in wanted for n in DEFAULT_SAVERS[b].split(",")]
         args.savers = ",".join(dict.fromkeys(names))  # InMemorySaver once
-    if args.compare_encryption:  # each of ours, then its encrypted twin
+    # each of ours, then its encrypted and/or redacted twin
+    twins = [ENCRYPTED] if args.compare_encryption else []
+    twins += [REDACTED] if args.compare_redaction else []
+    if twins:
         names = [n.strip() for n in args.savers.split(",") if n.strip()]
         args.savers = ",".join(
-            dict.fromkeys(m for n in names for m in (n, ENCRYPTED.get(n)) if m is not None)
+            dict.fromkeys(m for n in names for m in (n, *(t.get(n) for t in twins)) if m)
         )
     if args.quick:
         args.turns, args.threads, args.raw_threads = 2, 8, 12
@@ -245,10 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         rounds=args.rounds,
         ours_partitions=args.ours_partitions,
         rtt_ms=args.rtt_ms,
+        pii=args.pii,
         backends=backends,
     )
     started = time.time()
-    recorded = record_calls(args.turns, args.durability)
+    recorded = record_calls(args.turns, args.durability, args.pii)
     n_put = sum(1 for c in recorded if c[0] == "put")
     log(
         f"recorded one {args.turns}-turn thread: {n_put} put + "
@@ -301,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             "backend": args.backend,
             "dynamodb_timings": args.dynamodb_timings,
             "compare_encryption": args.compare_encryption,
+            "compare_redaction": args.compare_redaction,
             "mode": args.mode,
             "savers": names,
             "recorded_puts": n_put,

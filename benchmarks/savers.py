@@ -25,10 +25,17 @@ class SaverSpec:
     kind: str  # "ours" | "upstream" (the saver ours is compared with) | "memory"
     backend: str = "postgres"  # "postgres" | "redis" | "dynamodb" | "memory"
     encrypted: bool = False  # ours with encryption= (a LocalKeyring): see encryption()
+    redacted: bool = False  # ours with redaction=Redaction(): every built-in detector, mask
 
     def kwargs(self) -> dict[str, Any]:
-        """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin."""
-        return {"encryption": encryption()} if self.encrypted else {}
+        """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
+        ``redaction=`` for a redacted one."""
+        out: dict[str, Any] = {"encryption": encryption()} if self.encrypted else {}
+        if self.redacted:
+            from langgraph_durable.protect import Redaction
+
+            out["redaction"] = Redaction()
+        return out
 
 
 def encryption() -> Any:
@@ -72,12 +79,25 @@ SPECS: dict[str, SaverSpec] = {
         ),
     )
 }
-# Each of ours has an encrypted twin, "<name>-enc" ("ours-async" -> "ours-async-enc").
-ENCRYPTED: dict[str, str] = {n: f"{n}-enc" for n, s in SPECS.items() if s.kind == "ours"}
-SPECS |= {
-    enc: replace(SPECS[n], name=enc, label=f"{SPECS[n].label}, encrypted", encrypted=True)
-    for n, enc in ENCRYPTED.items()
-}
+
+
+def _twins(suffix: str, flag: str) -> dict[str, str]:
+    """Give each of ours a twin "<name>-<suffix>" with ``flag`` set; returns name -> twin."""
+    plain = [n for n, s in SPECS.items() if s.kind == "ours" and not (s.encrypted or s.redacted)]
+    twins = {n: f"{n}-{suffix}" for n in plain}
+    SPECS.update(
+        {
+            t: replace(SPECS[n], name=t, label=f"{SPECS[n].label}, {flag}", **{flag: True})
+            for n, t in twins.items()
+        }
+    )
+    return twins
+
+
+# Each of ours has an encrypted twin, "<name>-enc" ("ours-async" -> "ours-async-enc"),
+# and a redacted one, "<name>-red" ("ours-async" -> "ours-async-red").
+ENCRYPTED: dict[str, str] = _twins("enc", "encrypted")
+REDACTED: dict[str, str] = _twins("red", "redacted")
 
 # Each of ours next to the saver it is compared with (ratios are ours / theirs).
 PAIRS: list[tuple[str, str]] = [
@@ -90,6 +110,8 @@ PAIRS: list[tuple[str, str]] = [
 ]
 # Each encrypted saver next to its unencrypted twin (ratios are encrypted / plain).
 ENCRYPTION_PAIRS: list[tuple[str, str]] = [(enc, plain) for plain, enc in ENCRYPTED.items()]
+# Each redacted saver next to its unredacted twin (ratios are redacted / plain).
+REDACTION_PAIRS: list[tuple[str, str]] = [(red, plain) for plain, red in REDACTED.items()]
 
 # What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
 DEFAULT_SAVERS: dict[str, str] = {

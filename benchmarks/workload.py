@@ -6,15 +6,22 @@ tool round trips ("turns") the agent answers without a tool call and the graph e
 
 One invocation of K turns runs 2K+1 node super-steps; with the input step and the
 ``__start__`` step it writes 2K+3 checkpoints (one ``put`` each).
+
+Every thread's agent and tool messages are the same text unless ``pii`` is set (the
+``--pii`` variant): then each thread's text is its own (seeded with the thread id), the
+input holds an e-mail address and each tool result a contact line with an e-mail address
+and a phone number, so that redaction scans new text and replaces something in it.
 """
 
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Annotated, Any
 
 from instrument import install_recorder
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -50,17 +57,29 @@ def filler(seed: int, size: int) -> str:
     return " ".join(parts)[:size]
 
 
+def with_pii(text: str, pii: str) -> str:
+    """``text`` with ``pii`` put between two words near its middle, cut to the same length."""
+    cut = text.rfind(" ", 0, len(text) // 2) + 1
+    return (text[:cut] + pii + " " + text[cut:])[: len(text)]
+
+
+def _salt(config: RunnableConfig) -> int:
+    """A number of the thread's own, from its id (the same in every process)."""
+    return zlib.crc32(str(config["configurable"]["thread_id"]).encode())
+
+
 class State(TypedDict):
     messages: Annotated[list, add_messages]
 
 
-def build_graph(turns: int, checkpointer: Any) -> Any:
-    """Compile the agent/tools loop with ``turns`` tool calls, using ``checkpointer``."""
+def build_graph(turns: int, checkpointer: Any, pii: bool = False) -> Any:
+    """Compile the agent/tools loop with ``turns`` tool calls, using ``checkpointer``
+    (``pii``: the variant described at the top of this module)."""
 
-    def agent(state: State) -> dict:
+    def agent(state: State, config: RunnableConfig) -> dict:
         msgs = state["messages"]
         n_ai = sum(1 for m in msgs if isinstance(m, AIMessage))
-        seed = hash((len(msgs), n_ai)) & 0xFFFF
+        seed = (hash((len(msgs), n_ai)) & 0xFFFF) + (_salt(config) << 16 if pii else 0)
         if n_ai < turns:
             call_id = f"call_{n_ai:04d}"
             query = filler(seed + 7, 120)
@@ -73,10 +92,18 @@ def build_graph(turns: int, checkpointer: Any) -> Any:
             msg = AIMessage(content=filler(seed, AI_BYTES))
         return {"messages": [msg]}
 
-    def tools(state: State) -> dict:
+    def tools(state: State, config: RunnableConfig) -> dict:
         last = state["messages"][-1]
         call = last.tool_calls[0]
-        content = filler(len(state["messages"]) * 31 + 3, TOOL_BYTES)
+        n = len(state["messages"])
+        if pii:
+            salt = _salt(config)
+            k = salt % 10000 + n
+            phone = f"+1 415 555 {k % 10000:04d}" if n % 4 else f"(415) 555-{k % 10000:04d}"
+            content = filler(n * 31 + 3 + (salt << 16), TOOL_BYTES)
+            content = with_pii(content, f"Contact: j.doe{k}@example.org, {phone}.")
+        else:
+            content = filler(n * 31 + 3, TOOL_BYTES)
         return {"messages": [ToolMessage(content=content, tool_call_id=call["id"], name="search")]}
 
     def route(state: State) -> str:
@@ -92,21 +119,24 @@ def build_graph(turns: int, checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def graph_input(thread_no: int) -> dict:
-    return {"messages": [HumanMessage(content=f"Thread {thread_no}: " + filler(thread_no, 300))]}
+def graph_input(thread_no: int, pii: bool = False) -> dict:
+    text = f"Thread {thread_no}: " + filler(thread_no, 300)
+    if pii:
+        text = with_pii(text, f"Reach me at user{thread_no}@example.com.")
+    return {"messages": [HumanMessage(content=text)]}
 
 
 def thread_config(thread_id: str) -> dict:
     return {"configurable": {"thread_id": thread_id}}
 
 
-def record_calls(turns: int, durability: str = "sync") -> list[tuple]:
+def record_calls(turns: int, durability: str = "sync", pii: bool = False) -> list[tuple]:
     """Run one graph thread on an InMemorySaver and return its put/put_writes calls in order."""
     saver = InMemorySaver()
     calls: list[tuple] = []
     install_recorder(saver, calls)
-    graph = build_graph(turns, saver)
-    graph.invoke(graph_input(0), thread_config("recorded"), durability=durability)
+    graph = build_graph(turns, saver, pii)
+    graph.invoke(graph_input(0, pii), thread_config("recorded"), durability=durability)
     return calls
 
 
