@@ -43,7 +43,7 @@ from ..errors import ConfigurationError, DecryptionError
 from .detectors import Detector, find_spans, placeholder, resolve_detectors
 from .keys import derive
 from .pipeline import IdentityPipeline
-from .walk import StringRewriter
+from .walk import MessageMemo, StringRewriter
 
 __all__ = ["Redaction", "Rule", "RedactionPipeline", "MODES", "METADATA_CHANNEL", "VAULT_TYPE"]
 
@@ -55,6 +55,7 @@ _VAULT_MAGIC = b"LGV1"
 _TOKEN = re.compile(r"<([A-Z0-9_]+):tok_([0-9a-f]{16})>")
 _CACHE = 8192
 _OPENED = 65536
+_MESSAGES = 4096
 
 
 def _lp(value: str) -> bytes:
@@ -204,6 +205,7 @@ class RedactionPipeline:
         self._texts = _Lru(_CACHE)  # (mode, rule, scope, text) -> (text, vault items)
         self._opened = _Lru(_OPENED)  # (tenant, token) -> original, from opened vaults
         self._keys = _Lru(1024)
+        self._messages = MessageMemo(_MESSAGES)
 
     # ---- keys -------------------------------------------------------------------
 
@@ -280,16 +282,18 @@ class RedactionPipeline:
                 mode = "mask"  # metadata is never dropped whole
             else:
                 return None, {}, True
-        vault: dict[str, str] = {}
+        found: list[tuple[str, str]] = []
         tenant = identity.tenant
 
         def rewrite(text: str) -> str:
             new, entries = self._text(mode, detectors, tenant, text)
             if entries:
-                vault.update(entries)
+                found.extend(entries)
             return new
 
-        return StringRewriter(rewrite)(value), vault, False
+        scope = (mode, id(detectors), tenant if mode != "mask" else "")
+        walker = StringRewriter(rewrite, self._messages, scope, found)
+        return walker(value), dict(found), False
 
     def _redact_record(
         self, identity: RecordIdentity, value: Any

@@ -14,7 +14,9 @@ a message's ``response_metadata`` / ``usage_metadata`` (model bookkeeping).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 _Send: Any
@@ -23,14 +25,56 @@ try:  # langgraph itself is optional (langgraph-checkpoint is what the savers ne
 except ImportError:  # pragma: no cover - depends on what is installed
     _Send = None
 
-__all__ = ["StringRewriter"]
+__all__ = ["StringRewriter", "MessageMemo"]
 
 # Keys and fields that hold identifiers or bookkeeping, never user text.
 _ID_FIELDS = frozenset({"id", "tool_call_id", "type"})
 _MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id", "name", "response_metadata"})
 _MESSAGE_SKIP |= {"usage_metadata", "lc_attributes", "example"}
 _TOOL_CALL_TEXT = ("args",)
+_TOOL_CALL_FIELDS = frozenset({"tool_calls", "invalid_tool_calls", "tool_call_chunks"})
 _MAX_DEPTH = 64
+_PLANS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _message_plan(cls: type) -> tuple[str, ...] | None:
+    """The fields of a message class that hold text (None: not a pydantic message)."""
+    plan = _PLANS.get(cls, ())
+    if plan == ():
+        fields = getattr(cls, "model_fields", None)
+        plan = (
+            tuple(name for name in fields if name not in _MESSAGE_SKIP)
+            if isinstance(fields, dict)
+            else None
+        )
+        _PLANS[cls] = plan
+    return plan
+
+
+def _shape(item: Any) -> tuple[int, int]:
+    """Which object a field holds, and its size: a field replaced or grown changes it."""
+    return id(item), len(item) if isinstance(item, (list, dict, str)) else -1
+
+
+class MessageMemo:
+    """Redacted forms of message objects, bounded (holds the objects it remembers).
+
+    Holding a message keeps its ``id()`` from being reused while it is remembered.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[Any, tuple[Any, ...]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> tuple[Any, ...] | None:
+        return self._items.get(key)
+
+    def put(self, key: Any, value: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._items[key] = value
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
 
 
 def _pydantic_fields(value: Any) -> Any:
@@ -45,8 +89,17 @@ class StringRewriter:
         rewrite: The function applied to each string.
     """
 
-    def __init__(self, rewrite: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        rewrite: Callable[[str], str],
+        memo: MessageMemo | None = None,
+        scope: Hashable = None,
+        found: list[Any] | None = None,
+    ) -> None:
         self.rewrite = rewrite
+        self.memo = memo
+        self.scope = scope
+        self.found = found
 
     def __call__(self, value: Any) -> Any:
         return self._walk(value, 0)
@@ -125,25 +178,42 @@ class StringRewriter:
         return value.model_copy(update=changes) if changes else value
 
     def _message(self, value: Any, depth: int) -> Any:
-        """A LangChain message: content, tool-call arguments, kwargs, artifact."""
+        """A LangChain message: content, tool-call arguments, kwargs, artifact.
+
+        With a memo, a message object seen before with the same top-level field
+        objects (and sizes) gives back its earlier result without a walk:
+        LangGraph keeps the same message objects from step to step, so a long
+        conversation is walked once, not at every step.
+        """
         if not (hasattr(value, "content") and hasattr(value, "additional_kwargs")):
             return None
-        if _pydantic_fields(value) is None:
+        plan = _message_plan(type(value))
+        if plan is None:
             return None
+        memo = self.memo
+        if memo is not None:
+            fingerprint = tuple(_shape(getattr(value, name, None)) for name in plan)
+            key = (self.scope, id(value))
+            hit = memo.get(key)
+            if hit is not None and hit[0] is value and hit[1] == fingerprint:
+                if self.found is not None and hit[3]:
+                    self.found.extend(hit[3])
+                return hit[2]
+            start = len(self.found) if self.found is not None else 0
         changes: dict[str, Any] = {}
-        for name in _pydantic_fields(value):
-            if name in _MESSAGE_SKIP:
-                continue
+        for name in plan:
             item = getattr(value, name, None)
-            if name in ("tool_calls", "invalid_tool_calls", "tool_call_chunks") and isinstance(
-                item, list
-            ):
+            if name in _TOOL_CALL_FIELDS and isinstance(item, list):
                 new = self._tool_calls(item, depth)
             else:
                 new = self._walk(item, depth + 1)
             if new is not item:
                 changes[name] = new
-        return value.model_copy(update=changes) if changes else value
+        result = value.model_copy(update=changes) if changes else value
+        if memo is not None:
+            found = tuple(self.found[start:]) if self.found is not None else ()
+            memo.put(key, (value, fingerprint, result, found))
+        return result
 
     def _tool_calls(self, calls: list[Any], depth: int) -> list[Any]:
         out: list[Any] | None = None

@@ -193,3 +193,16 @@ def test_settings_are_validated() -> None:
         Redaction(key=b"short")
     with pytest.raises(ConfigurationError):
         Redaction(rules=["*"])  # type: ignore[list-item]
+
+
+def test_messages_seen_before_are_not_walked_again_unless_changed() -> None:
+    p = pipeline(rules=[Rule(mode="tokenize")], key=KEY, restore=True)
+    msg = HumanMessage(f"write to {EMAIL}", id="m1")
+    first = p.serialize(blob("messages"), [msg])
+    again = p.serialize(blob("messages"), [msg, HumanMessage("next", id="m2")])
+    assert first.vault == again.vault and len(first.vault) == 1  # the memo replays the vault
+    msg.content = "now call +1 415 555 0132"  # replaced in place: walked again
+    changed = p.open(blob("messages"), p.seal(blob("messages"), [msg]))
+    assert changed[0].content == "now call +1 415 555 0132"
+    stored = p.serialize(blob("messages"), [msg])
+    assert "+1 415" not in str(stored[1]) and list(stored.vault.values()) == ["+1 415 555 0132"]
