@@ -69,6 +69,15 @@ class _Call:
     """Whether the operation opens stored records (which may need other key versions)."""
 
 
+def _setting(value: Any, kind: type, name: str) -> Any:
+    """``value`` if it is None or a ``kind``; a clear error otherwise."""
+    if value is not None and not isinstance(value, kind):
+        raise ConfigurationError(
+            f"{name} must be None or a langgraph_durable.protect.{kind.__name__}, got {value!r}"
+        )
+    return value
+
+
 def _next_need(missing: KeyMissing, need: frozenset[int], attempt: int) -> frozenset[int]:
     if attempt >= _KEY_ATTEMPTS or (missing.version is not None and missing.version in need):
         raise DecryptionError(
@@ -100,25 +109,13 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         redaction: Redaction | None = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
-        if redaction is not None:
-            from .protect.redaction import Redaction
+        from .protect.encryption import Encryption
+        from .protect.redaction import Redaction
 
-            if not isinstance(redaction, Redaction):
-                raise ConfigurationError(
-                    "redaction must be None or a langgraph_durable.protect.Redaction, "
-                    f"got {redaction!r}"
-                )
-            self.redaction = redaction
-        if encryption is not None:
-            from .protect.encryption import Encryption
-
-            if not isinstance(encryption, Encryption):
-                raise ConfigurationError(
-                    "encryption must be None or a langgraph_durable.protect.Encryption, "
-                    f"got {encryption!r}"
-                )
-            self.encryption = encryption
-            self._keys = encryption.key_manager()
+        self.redaction = _setting(redaction, Redaction, "redaction")
+        self.encryption = _setting(encryption, Encryption, "encryption")
+        if self.encryption is not None:
+            self._keys = self.encryption.key_manager()
         if not isinstance(default_tenant, str) or not default_tenant:
             raise ConfigurationError(
                 f"default_tenant must be a non-empty string, got {default_tenant!r}"
