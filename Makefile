@@ -19,6 +19,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Re-installs when pyproject.toml changes or the virtualenv is recreated.
 SETUP_STAMP := $(VENV)/.lgd-setup-stamp
+# `langchain` (create_agent, for the redaction tests) lives outside the virtualenv: when it is
+# installed, langchain-core stamps its version into model metadata, which LangGraph's own
+# suite compares against expectations made without it. Tests that need it add this folder
+# to sys.path (tests/redaction_helpers.py).
+AGENT_DEPS := .lgd/agent-deps
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 LANGGRAPH_SUITE_ARGS ?=
@@ -34,6 +39,7 @@ $(PY):
 $(SETUP_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]' --group test --group bench --group lint
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --upgrade --target $(AGENT_DEPS) 'langchain>=1.0,<2'
 	touch $@
 
 test: lint test-unit

@@ -455,8 +455,20 @@ class ScriptedChatModel(GenericFakeChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
+#: Where ``make setup`` installs ``langchain`` (outside the virtualenv, see the Makefile).
+AGENT_DEPS = ROOT / ".lgd" / "agent-deps"
+
+
+def _langchain_path() -> None:
+    """Make the separately installed ``langchain`` importable (``make setup`` installs it)."""
+    path = str(AGENT_DEPS)
+    if path not in sys.path:
+        sys.path.append(path)
+
+
 def build_agent(checkpointer: Any, received: list[dict[str, str]]) -> Any:
     """``create_agent`` with a payment tool that needs approval; calls land in ``received``."""
+    _langchain_path()
     from langchain.agents import create_agent
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langchain_core.tools import tool
