@@ -28,8 +28,6 @@ import hashlib
 import hmac
 import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +41,7 @@ from ..errors import ConfigurationError, DecryptionError
 from .detectors import Detector, find_spans, placeholder, resolve_detectors
 from .keys import derive
 from .pipeline import IdentityPipeline
-from .walk import MessageMemo, StringRewriter
+from .walk import BoundedCache, StringRewriter
 
 __all__ = ["Redaction", "Rule", "RedactionPipeline", "MODES", "METADATA_CHANNEL", "VAULT_TYPE"]
 
@@ -176,19 +174,6 @@ class _Serialized(tuple):
         return out
 
 
-class _Lru(OrderedDict):  # type: ignore[type-arg]
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-        self.lock = threading.Lock()
-
-    def put(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self[key] = value
-            if len(self) > self.size:
-                self.popitem(last=False)
-
-
 class RedactionPipeline:
     """Redacts, then hands the value to ``base`` (serialize, or serialize and encrypt).
 
@@ -202,10 +187,10 @@ class RedactionPipeline:
         self.serde = base.serde
         self.redaction = redaction
         self.binds_identity = base.binds_identity
-        self._texts = _Lru(_CACHE)  # (mode, rule, scope, text) -> (text, vault items)
-        self._opened = _Lru(_OPENED)  # (tenant, token) -> original, from opened vaults
-        self._keys = _Lru(1024)
-        self._messages = MessageMemo(_MESSAGES)
+        self._texts = BoundedCache(_CACHE)  # (mode, rule, scope, text) -> (text, vault items)
+        self._opened = BoundedCache(_OPENED)  # (tenant, token) -> original, from opened vaults
+        self._keys = BoundedCache(1024)
+        self._messages = BoundedCache(_MESSAGES)
 
     # ---- keys -------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ try:  # langgraph itself is optional (langgraph-checkpoint is what the savers ne
 except ImportError:  # pragma: no cover - depends on what is installed
     _Send = None
 
-__all__ = ["StringRewriter", "MessageMemo"]
+__all__ = ["StringRewriter", "BoundedCache"]
 
 # Keys and fields that hold identifiers or bookkeeping, never user text.
 _ID_FIELDS = frozenset({"id", "tool_call_id", "type"})
@@ -56,21 +56,22 @@ def _shape(item: Any) -> tuple[int, int]:
     return id(item), len(item) if isinstance(item, (list, dict, str)) else -1
 
 
-class MessageMemo:
-    """Redacted forms of message objects, bounded (holds the objects it remembers).
+class BoundedCache:
+    """A thread-safe cache of at most ``size`` entries, the oldest written dropped first.
 
-    Holding a message keeps its ``id()`` from being reused while it is remembered.
+    As the walker's message memo it holds each message it remembers, which keeps
+    that message's ``id()`` from being reused while it is remembered.
     """
 
-    def __init__(self, size: int = 4096) -> None:
-        self._items: OrderedDict[Any, tuple[Any, ...]] = OrderedDict()
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[Any, Any] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: Any) -> tuple[Any, ...] | None:
+    def get(self, key: Any) -> Any:
         return self._items.get(key)
 
-    def put(self, key: Any, value: tuple[Any, ...]) -> None:
+    def put(self, key: Any, value: Any) -> None:
         with self._lock:
             self._items[key] = value
             if len(self._items) > self._size:
@@ -92,7 +93,7 @@ class StringRewriter:
     def __init__(
         self,
         rewrite: Callable[[str], str],
-        memo: MessageMemo | None = None,
+        memo: BoundedCache | None = None,
         scope: Hashable = None,
         found: list[Any] | None = None,
     ) -> None:
