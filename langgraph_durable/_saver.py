@@ -32,6 +32,7 @@ from ._core.codec import (
     tenant_from_config,
     thread_key,
 )
+from ._core.effects import StoredEffect, request_identity, result_identity
 from ._core.filters import metadata_matches, normalize_filter
 from ._core.sansio import Operation, Sleep, collect_emits, select_emits
 from ._core.versions import next_version
@@ -43,7 +44,13 @@ if TYPE_CHECKING:
     from .protect.encryption import Encryption
     from .protect.redaction import Redaction
 
-__all__ = ["DurableSaverBase", "SyncSaverMethods", "AsyncSaverMethods", "TenantResolver"]
+__all__ = [
+    "DurableSaverBase",
+    "SyncSaverMethods",
+    "AsyncSaverMethods",
+    "TenantResolver",
+    "OpenedEffect",
+]
 
 TenantResolver = Callable[[RunnableConfig | None], "str | None"]
 
@@ -67,6 +74,15 @@ class _Call:
     keyed: bool = True
     opens: bool = True
     """Whether the operation opens stored records (which may need other key versions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedEffect:
+    """A journal entry with its request and result opened by the record pipeline."""
+
+    entry: StoredEffect
+    request: Any
+    result: Any = None
 
 
 def _setting(value: Any, kind: type, name: str) -> Any:
@@ -230,6 +246,107 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             summary["rewrapped"] += done
             summary["current"] += current
         return summary
+
+    # ---- effect journal (langgraph_durable.effects) ----------------------------
+
+    def _effect_claim_op(
+        self,
+        tenant: str,
+        thread: str,
+        material: bytes,
+        request: Any,
+        lease_until: float,
+        now: float,
+        takeover: bool,
+    ) -> Operation[OpenedEffect]:
+        """Claim the effect derived from ``material`` (or find its entry), opened."""
+
+        def claim() -> Generator[Any, Any, OpenedEffect]:
+            pipeline = self.pipeline
+            effect_id = pipeline.effect_id(tenant, material)
+            sealed = pipeline.seal(request_identity(tenant, thread, effect_id), request)
+            entry = yield from self._ops.effect_claim(
+                tenant, thread, effect_id, sealed, lease_until, now, takeover
+            ).steps
+            return self._open_effect(tenant, thread, entry, request if entry.won else None)
+
+        return self._keyed(_Call(tenant, lambda: Operation(claim()), write=True))
+
+    def _effect_lookup_op(
+        self, tenant: str, thread: str, material: bytes
+    ) -> Operation[OpenedEffect | None]:
+        """The entry derived from ``material``, opened, or None (nothing is claimed)."""
+
+        def lookup() -> Generator[Any, Any, OpenedEffect | None]:
+            effect_id = self.pipeline.effect_id(tenant, material)
+            entry = yield from self._ops.effect_get(tenant, thread, effect_id).steps
+            return None if entry is None else self._open_effect(tenant, thread, entry)
+
+        return self._keyed(_Call(tenant, lambda: Operation(lookup())))
+
+    def _open_effect(
+        self, tenant: str, thread: str, entry: StoredEffect, request: Any = None
+    ) -> OpenedEffect:
+        pipeline = self.pipeline
+        effect_id = entry.effect_id
+        if request is None:
+            request = pipeline.open(request_identity(tenant, thread, effect_id), entry.request)
+        result = None
+        if entry.result is not None:
+            result = pipeline.open(result_identity(tenant, thread, effect_id), entry.result)
+        return OpenedEffect(entry, request, result)
+
+    def _effect_complete_op(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        outcome: str,
+        result: Any,
+        now: float,
+    ) -> Operation[bool]:
+        """Record an effect's result (or terminal error) under the claim ``token``."""
+
+        def make() -> Operation[bool]:
+            sealed = self.pipeline.seal(result_identity(tenant, thread, effect_id), result)
+            return self._ops.effect_complete(  # type: ignore[no-any-return]
+                tenant, thread, effect_id, token, outcome, sealed, now
+            )
+
+        return self._keyed(_Call(tenant, make, write=True, opens=False))
+
+    def _effect_delete_op(
+        self, tenant: str, thread: str, effect_id: str, token: int | None
+    ) -> Operation[bool]:
+        """Drop an entry (only the claim ``token`` holds, or any with None)."""
+        return self._keyed(
+            _Call(
+                tenant,
+                lambda: self._ops.effect_delete(tenant, thread, effect_id, token),
+                keyed=False,
+            )
+        )
+
+    def _effect_list_op(self, tenant: str, thread: str) -> Operation[list[OpenedEffect]]:
+        """Every entry of a thread, opened."""
+
+        def entries() -> Generator[Any, Any, list[OpenedEffect]]:
+            stored = yield from self._ops.effect_list(tenant, thread).steps
+            return [self._open_effect(tenant, thread, entry) for entry in stored]
+
+        return self._keyed(_Call(tenant, lambda: Operation(entries())))
+
+    def _effect_transaction(self) -> Any:
+        """A transaction whose connection the effect may write through (Postgres only)."""
+        raise ConfigurationError(
+            f"transactional effects need a PostgreSQL saver; {type(self).__name__} has no "
+            "transactions an effect can join"
+        )
+
+    def _aeffect_transaction(self) -> Any:
+        """Async :meth:`_effect_transaction`."""
+        return self._effect_transaction()
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:  # type: ignore[override]
         return next_version(current)
@@ -417,6 +534,33 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                     task_id,
                     path,
                 ).steps
+        yield from self._reseal_effects(tenant, source, target)
+        return None
+
+    def _reseal_effects(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
+        """Copy a thread's effect-journal entries, sealed again for the target thread."""
+        pipeline = self.pipeline
+        stored = yield from self._ops.effect_list(tenant, source).steps
+        for entry in stored:
+            opened = self._open_effect(tenant, source, entry)
+            effect_id = entry.effect_id
+            request = pipeline.seal(request_identity(tenant, target, effect_id), opened.request)
+            result = None
+            if entry.result is not None:
+                result = pipeline.seal(result_identity(tenant, target, effect_id), opened.result)
+            copy = StoredEffect(
+                effect_id,
+                entry.state,
+                entry.token,
+                entry.attempt,
+                entry.lease_until,
+                request,
+                entry.outcome,
+                result,
+                False,
+                entry.created,
+            )
+            yield from self._ops.effect_restore(tenant, target, copy).steps
         return None
 
 

@@ -20,6 +20,11 @@ __all__ = [
     "UnsupportedOperationError",
     "DecryptionError",
     "KeyringError",
+    "EffectError",
+    "EffectConflictError",
+    "EffectAmbiguousError",
+    "EffectBusyError",
+    "EffectFailedError",
 ]
 
 
@@ -75,3 +80,40 @@ class DecryptionError(DurableError):
 
 class KeyringError(DurableError):
     """The keyring (local keys or AWS KMS) could not wrap or unwrap a data key."""
+
+
+class EffectError(DurableError):
+    """Base class of the effect journal's errors (``langgraph_durable.effects``)."""
+
+
+class EffectConflictError(EffectError):
+    """One effect key was reached with other arguments than those it was recorded with.
+
+    Only possible with a key the caller supplies (``@idempotent(key=...)``): a
+    derived key includes a digest of the arguments.
+    """
+
+
+class EffectAmbiguousError(EffectError):
+    """An earlier execution claimed the effect and never recorded a result.
+
+    The process died (or its lease ran out) during the effect, so it may or may
+    not have happened. Raised under the policy ``on_ambiguous="fail"``; the
+    entry stays as it is until someone decides (see ``docs/effects.md``).
+    """
+
+
+class EffectBusyError(EffectError):
+    """Another worker holds the effect's claim and did not finish within the wait."""
+
+
+class EffectFailedError(EffectError):
+    """A recorded terminal error replayed when its exception type cannot be rebuilt.
+
+    Attributes:
+        error_type: The original exception's ``module.qualname``.
+    """
+
+    def __init__(self, message: str, error_type: str = "") -> None:
+        super().__init__(message)
+        self.error_type = error_type

@@ -91,6 +91,14 @@ class RecordPipeline(Protocol):
         """``seal`` of a value already serialized by ``serialize``."""
         ...
 
+    def effect_id(self, tenant: str, material: bytes) -> str:
+        """The stored id of an effect-journal entry derived from ``material``.
+
+        Keyed by the tenant's index key when encryption is on, so the id does
+        not reveal a guessable argument.
+        """
+        ...
+
 
 class ThreadKey(tuple):  # noqa: SLOT001 - tiny value type
     """(tenant, thread_id, checkpoint_ns, echo_tenant) for one call."""

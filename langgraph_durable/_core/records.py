@@ -24,6 +24,7 @@ class RecordKind:
     METADATA = "metadata"
     BLOB = "blob"
     WRITE = "write"
+    EFFECT = "effect"
 
 
 @dataclass(frozen=True, slots=True)

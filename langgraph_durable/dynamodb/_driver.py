@@ -73,7 +73,9 @@ def translate(exc: BaseException, table: str = "") -> DurableError:
                 reasons,
             )
         if code == "ConditionalCheckFailedException":
-            return ConditionFailedError(f"DynamoDB refused a conditional write: {message}")
+            return ConditionFailedError(
+                f"DynamoDB refused a conditional write: {message}", response.get("Item")
+            )
         if code == "ResourceNotFoundException":
             return TableNotFoundError(
                 f"DynamoDB table {table!r} does not exist ({message}): call setup() once "

@@ -176,6 +176,45 @@ def run(connector: SyncConnector, op: Operation[R]) -> R:
         raise translate(exc) from exc
 
 
+class Transaction:
+    """A transaction the caller runs its own statements and our operations in (sync).
+
+    Attributes:
+        connection: The psycopg connection, inside the transaction.
+    """
+
+    __slots__ = ("_connector", "connection")
+
+    def __init__(self, connector: SyncConnector, connection: Connection[Any]) -> None:
+        self._connector = connector
+        self.connection = connection
+
+    def run(self, op: Operation[R]) -> R:
+        """Run an operation's statements on this connection, inside this transaction."""
+        return _drive.run(op, lambda q: self._connector.execute(self.connection, q), translate)
+
+    @classmethod
+    @contextmanager
+    def open(cls, connector: SyncConnector) -> Iterator[Transaction]:
+        """A connection of the connector inside a transaction; committed unless the body raises.
+
+        An exception from the body rolls back and propagates unchanged; a
+        failure to get a connection or to commit is translated.
+        """
+        body_error: BaseException | None = None
+        try:
+            with connector.connection() as conn, conn.transaction():
+                try:
+                    yield cls(connector, conn)
+                except BaseException as exc:
+                    body_error = exc
+                    raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            if exc is body_error:
+                raise
+            raise translate(exc) from exc
+
+
 def iterate(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
     """Run a streaming operation, each page on a connection of its own."""
     if op.transaction:
@@ -271,6 +310,44 @@ async def arun(connector: AsyncConnector, op: Operation[R]) -> R:
             return await _drive.arun(op, lambda q: connector.execute(conn, q), translate)
     except (psycopg.Error, PoolTimeout) as exc:
         raise translate(exc) from exc
+
+
+class AsyncTransaction:
+    """A transaction the caller runs its own statements and our operations in (see
+    :class:`Transaction`).
+
+    Attributes:
+        connection: The psycopg async connection, inside the transaction.
+    """
+
+    __slots__ = ("_connector", "connection")
+
+    def __init__(self, connector: AsyncConnector, connection: AsyncConnection[Any]) -> None:
+        self._connector = connector
+        self.connection = connection
+
+    async def arun(self, op: Operation[R]) -> R:
+        """Run an operation's statements on this connection, inside this transaction."""
+        return await _drive.arun(
+            op, lambda q: self._connector.execute(self.connection, q), translate
+        )
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, connector: AsyncConnector) -> AsyncIterator[AsyncTransaction]:
+        """A connection of the connector inside a transaction (see :meth:`Transaction.open`)."""
+        body_error: BaseException | None = None
+        try:
+            async with connector.connection() as conn, conn.transaction():
+                try:
+                    yield cls(connector, conn)
+                except BaseException as exc:
+                    body_error = exc
+                    raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            if exc is body_error:
+                raise
+            raise translate(exc) from exc
 
 
 def aiterate(connector: AsyncConnector, op: Operation[Any]) -> AsyncIterator[Any]:

@@ -14,6 +14,10 @@ Schema (all tables in one configurable schema):
   Every query for one thread looks its epoch up in ``threads`` first, so it
   touches one partition; retention can drop a whole partition once every
   thread in it has expired.
+* ``effects``: the effect journal, one row per (tenant, thread, effect id);
+  not partitioned (an effect can be claimed before its thread's first
+  checkpoint exists). Deleted with its thread.
+* ``data_keys``: the tenants' wrapped data keys (envelope encryption).
 * ``settings``: the partition width in days, fixed at the first ``setup()``.
 * ``schema_migrations``: versions applied; migrations run under an advisory lock.
 """
@@ -35,6 +39,7 @@ from .._core.codec import (
     ThreadKey,
     encode_filter,
 )
+from .._core.effects import DONE, StoredEffect
 from .._core.epochs import EpochCache
 from .._core.records import Sealed, StoredDataKey
 from .._core.sansio import Emit, operation
@@ -43,6 +48,7 @@ from ..errors import (
     InvalidInputError,
     MissingPartitionError,
     SchemaError,
+    StorageError,
     UnsupportedOperationError,
 )
 
@@ -199,7 +205,47 @@ CREATE TABLE {s}.data_keys (
     PRIMARY KEY (tenant_id, version)
 );
 """,
+    # 5: the effect journal (not partitioned: an entry may precede its thread's first checkpoint)
+    """
+CREATE TABLE {s}.effects (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    effect_id text NOT NULL,
+    state text NOT NULL,
+    token bigint NOT NULL,
+    attempt integer NOT NULL,
+    lease_until double precision NOT NULL,
+    request_type text NOT NULL,
+    request bytea NOT NULL,
+    outcome text,
+    result_type text,
+    result bytea,
+    created double precision NOT NULL,
+    completed double precision,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, thread_id, effect_id)
+);
+DO $fn$
+BEGIN
+    IF 'lz4' = ANY((SELECT enumvals FROM pg_settings
+                    WHERE name = 'default_toast_compression')::text[]) THEN
+        EXECUTE format('ALTER TABLE %I.effects ALTER COLUMN request SET COMPRESSION lz4, '
+                       'ALTER COLUMN result SET COMPRESSION lz4', {lit});
+    END IF;
+END
+$fn$;
+""",
 ]
+
+# How often effect_claim runs again when its statement saw neither its own insert
+# nor the conflicting row (a concurrent first claim committed after the
+# statement's snapshot was taken); the next statement's snapshot sees that row.
+CLAIM_ATTEMPTS = 5
+
+_EFFECT_COLUMNS = (
+    "state, token, attempt, lease_until, request_type, request, outcome, result_type, "
+    "result, created"
+)
 
 _W_ARRAYS = (
     "array_agg(w.task_id) AS task_ids, array_agg(w.task_path) AS task_paths, "
@@ -326,7 +372,9 @@ class PostgresOps:
             f"c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)), "
             f"w AS (DELETE FROM {s}.writes WHERE tenant_id = %(tenant)s "
-            "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)) "
+            "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)), "
+            f"e AS (DELETE FROM {s}.effects WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s) "
             f"DELETE FROM {s}.blobs WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)"
         )
@@ -338,6 +386,55 @@ class PostgresOps:
             "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
             "AND w.checkpoint_id = c.checkpoint_id AND w.epoch = c.epoch) "
             "SELECT count(*) FROM c"
+        )
+        # A claim in one statement: insert the entry, or take an expired claim
+        # over, or (neither) read the stored entry. ON CONFLICT locks the row
+        # even when its WHERE is false; FOR SHARE then reads the row's latest
+        # committed version, not the statement snapshot's.
+        effect_key = "tenant_id = %(tenant)s AND thread_id = %(thread)s AND effect_id = %(effect)s"
+        self.EFFECT_CLAIM_SQL = (
+            f"WITH claim AS (INSERT INTO {s}.effects AS e (tenant_id, thread_id, effect_id, "
+            "state, token, attempt, lease_until, request_type, request, created) "
+            "VALUES (%(tenant)s, %(thread)s, %(effect)s, 'claimed', 1, 1, %(lease)s, "
+            "%(r_type)s, %(r_data)b, %(now)s) "
+            "ON CONFLICT (tenant_id, thread_id, effect_id) DO UPDATE SET "
+            "token = e.token + 1, attempt = e.attempt + 1, lease_until = EXCLUDED.lease_until "
+            "WHERE %(takeover)s::boolean AND e.state = 'claimed' "
+            "AND e.lease_until <= %(now)s::double precision "
+            f"RETURNING {_EFFECT_COLUMNS}, true AS won) "
+            "SELECT * FROM claim UNION ALL "
+            "SELECT * FROM (SELECT "
+            f"{_EFFECT_COLUMNS}, false AS won FROM {s}.effects "
+            f"WHERE {effect_key} FOR SHARE) AS stored "
+            "WHERE NOT EXISTS (SELECT 1 FROM claim)"
+        )
+        self.EFFECT_COMPLETE_SQL = (
+            f"UPDATE {s}.effects SET state = 'done', outcome = %(outcome)s, "
+            "result_type = %(r_type)s, result = %(r_data)b, completed = %(now)s "
+            f"WHERE {effect_key} AND state = 'claimed' AND token = %(token)s"
+        )
+        self.EFFECT_DELETE_SQL = f"DELETE FROM {s}.effects WHERE {effect_key}"
+        self.EFFECT_RELEASE_SQL = (
+            f"DELETE FROM {s}.effects WHERE {effect_key} "
+            "AND state = 'claimed' AND token = %(token)s"
+        )
+        self.EFFECT_GET_SQL = f"SELECT {_EFFECT_COLUMNS} FROM {s}.effects WHERE {effect_key}"
+        self.EFFECT_LIST_SQL = (
+            f"SELECT effect_id, {_EFFECT_COLUMNS} FROM {s}.effects "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s ORDER BY created, effect_id"
+        )
+        self.EFFECT_RESTORE_SQL = (
+            f"INSERT INTO {s}.effects (tenant_id, thread_id, effect_id, state, token, attempt, "
+            "lease_until, request_type, request, outcome, result_type, result, created, "
+            "completed) VALUES (%(tenant)s, %(thread)s, %(effect)s, %(state)s, %(token)s, "
+            "%(attempt)s, %(lease)s, %(r_type)s, %(r_data)b, %(outcome)s, %(res_type)s, "
+            "%(res_data)b, %(created)s, %(completed)s) "
+            "ON CONFLICT (tenant_id, thread_id, effect_id) DO UPDATE SET "
+            "state = EXCLUDED.state, token = EXCLUDED.token, attempt = EXCLUDED.attempt, "
+            "lease_until = EXCLUDED.lease_until, request_type = EXCLUDED.request_type, "
+            "request = EXCLUDED.request, outcome = EXCLUDED.outcome, "
+            "result_type = EXCLUDED.result_type, result = EXCLUDED.result, "
+            "created = EXCLUDED.created, completed = EXCLUDED.completed"
         )
 
     def _leaf(self, table: str, epoch: int) -> str:
@@ -676,6 +773,16 @@ class PostgresOps:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
         yield self._ensure_current_partitions()
         p = {"tenant": tenant, "source": source, "target": target}
+        # Effects first: a thread may have entries before its first checkpoint.
+        yield Query(
+            f"INSERT INTO {s}.effects (tenant_id, thread_id, effect_id, state, token, attempt, "
+            "lease_until, request_type, request, outcome, result_type, result, created, "
+            "completed) SELECT tenant_id, %(target)s, effect_id, state, token, attempt, "
+            "lease_until, request_type, request, outcome, result_type, result, created, "
+            f"completed FROM {s}.effects WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(source)s ON CONFLICT DO NOTHING",
+            p,
+        )
         row = yield Query(
             f"SELECT epoch FROM {s}.threads "
             "WHERE tenant_id = %(tenant)s AND thread_id = %(source)s",
@@ -794,6 +901,126 @@ class PostgresOps:
             )
         return None
 
+    # ---- effect journal --------------------------------------------------------
+
+    @operation
+    def effect_claim(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        request: Sealed,
+        lease_until: float,
+        now: float,
+        takeover: bool,
+    ) -> Generator[Any, Any, StoredEffect]:
+        """Claim an effect: a fresh entry, a takeover of an expired claim, or the stored entry.
+
+        One statement (a second only when a concurrent first claim committed
+        after the statement's snapshot was taken).
+        """
+        params = {
+            "tenant": tenant,
+            "thread": thread,
+            "effect": effect_id,
+            "lease": float(lease_until),
+            "now": float(now),
+            "takeover": bool(takeover),
+            "r_type": request.type,
+            "r_data": request.data,
+        }
+        for _ in range(CLAIM_ATTEMPTS):
+            row = yield Query(self.EFFECT_CLAIM_SQL, params, "one")
+            if row is not None:
+                return _effect(effect_id, row[:-1], bool(row[-1]))
+        raise StorageError(
+            f"effect {effect_id!r} of thread {thread!r} could be neither claimed nor read "
+            f"in {CLAIM_ATTEMPTS} attempts (it keeps being deleted and claimed concurrently)"
+        )
+
+    @operation
+    def effect_complete(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        outcome: str,
+        result: Sealed,
+        now: float,
+    ) -> Generator[Any, Any, bool]:
+        """Record an effect's result if ``token`` still holds its claim; one statement."""
+        count = yield Query(
+            self.EFFECT_COMPLETE_SQL,
+            {
+                "tenant": tenant,
+                "thread": thread,
+                "effect": effect_id,
+                "token": int(token),
+                "outcome": outcome,
+                "r_type": result.type,
+                "r_data": result.data,
+                "now": float(now),
+            },
+        )
+        return bool(count)
+
+    @operation
+    def effect_delete(
+        self, tenant: str, thread: str, effect_id: str, token: int | None
+    ) -> Generator[Any, Any, bool]:
+        """Delete an entry (any, or only a claim ``token`` holds); whether one was deleted."""
+        params: dict[str, Any] = {"tenant": tenant, "thread": thread, "effect": effect_id}
+        if token is None:
+            count = yield Query(self.EFFECT_DELETE_SQL, params)
+        else:
+            params["token"] = int(token)
+            count = yield Query(self.EFFECT_RELEASE_SQL, params)
+        return bool(count)
+
+    @operation
+    def effect_get(
+        self, tenant: str, thread: str, effect_id: str
+    ) -> Generator[Any, Any, StoredEffect | None]:
+        """One entry, or None; one statement."""
+        params = {"tenant": tenant, "thread": thread, "effect": effect_id}
+        row = yield Query(self.EFFECT_GET_SQL, params, "one")
+        return None if row is None else _effect(effect_id, row, False)
+
+    @operation
+    def effect_list(
+        self, tenant: str, thread: str
+    ) -> Generator[Any, Any, builtins.list[StoredEffect]]:
+        """Every journal entry of a thread (oldest first)."""
+        rows = yield Query(self.EFFECT_LIST_SQL, {"tenant": tenant, "thread": thread}, "all")
+        return [_effect(row[0], row[1:], False) for row in rows]
+
+    @operation
+    def effect_restore(
+        self, tenant: str, thread: str, effect: StoredEffect
+    ) -> Generator[Any, Any, None]:
+        """Write an entry exactly as given (insert or overwrite)."""
+        yield Query(
+            self.EFFECT_RESTORE_SQL,
+            {
+                "tenant": tenant,
+                "thread": thread,
+                "effect": effect.effect_id,
+                "state": effect.state,
+                "token": int(effect.token),
+                "attempt": int(effect.attempt),
+                "lease": float(effect.lease_until),
+                "r_type": effect.request.type,
+                "r_data": effect.request.data,
+                "outcome": effect.outcome,
+                "res_type": None if effect.result is None else effect.result.type,
+                "res_data": None if effect.result is None else effect.result.data,
+                "created": float(effect.created),
+                "completed": float(effect.created) if effect.state == DONE else None,
+            },
+        )
+        return None
+
     # ---- data keys (envelope encryption) --------------------------------------
 
     @operation
@@ -897,6 +1124,23 @@ def _split_statements(script: str) -> list[str]:
     if rest:
         statements.append(rest)
     return statements
+
+
+def _effect(effect_id: str, row: Sequence[Any], won: bool) -> StoredEffect:
+    """A journal entry from the columns ``_EFFECT_COLUMNS`` (in that order)."""
+    state, token, attempt, lease, r_type, r_data, outcome, res_type, res_data, created = row
+    return StoredEffect(
+        effect_id=effect_id,
+        state=state,
+        token=int(token),
+        attempt=int(attempt),
+        lease_until=float(lease),
+        request=Sealed(r_type, bytes(r_data)),
+        outcome=outcome,
+        result=None if res_type is None else Sealed(res_type, bytes(res_data)),
+        won=won,
+        created=float(created),
+    )
 
 
 def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> list[Sealed | None]:

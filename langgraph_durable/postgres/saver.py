@@ -8,7 +8,12 @@ thread and hands the operation to its driver.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +202,14 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
     def _iterate(self, op: Operation[Any]) -> Iterator[Any]:
         return _driver.iterate(self._conn, op)
 
+    def _effect_transaction(self) -> AbstractContextManager[_driver.Transaction]:
+        """A connection inside a transaction, for effects that write with the journal.
+
+        The block's ``.connection`` and ``.run(op)`` share the transaction;
+        leaving the block commits, an exception rolls back and propagates.
+        """
+        return _driver.Transaction.open(self._conn)
+
 
 class AsyncPostgresSaver(AsyncSaverMethods, _PostgresSaverBase):
     """A LangGraph checkpoint saver on PostgreSQL (asyncio).
@@ -237,3 +250,10 @@ class AsyncPostgresSaver(AsyncSaverMethods, _PostgresSaverBase):
 
     def _aiterate(self, op: Operation[Any]) -> AsyncIterator[Any]:
         return _driver.aiterate(self._conn, op)
+
+    def _aeffect_transaction(self) -> AbstractAsyncContextManager[_driver.AsyncTransaction]:
+        """A connection inside a transaction (see ``PostgresSaver._effect_transaction``).
+
+        Use as ``async with``; ``await tx.arun(op)`` runs an operation in it.
+        """
+        return _driver.AsyncTransaction.open(self._conn)

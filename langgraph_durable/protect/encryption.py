@@ -267,6 +267,10 @@ class EncryptionPipeline(IdentityPipeline):
         )
         return _BLIND_PREFIX + mac.hexdigest()[:32]
 
+    def effect_id(self, tenant: str, material: bytes) -> str:
+        mac = hmac.new(self.cache.index_key(tenant), b"effect\x00" + material, hashlib.sha256)
+        return mac.hexdigest()[:40]
+
     def metadata_index(self, identity: RecordIdentity, metadata: dict[str, Any]) -> dict[str, Any]:
         tenant = identity.tenant
         out: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -60,6 +61,9 @@ class IdentityPipeline:
 
     def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
         return self.serde.dumps_typed(value)
+
+    def effect_id(self, tenant: str, material: bytes) -> str:
+        return hashlib.sha256(material).hexdigest()[:40]
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
         return Sealed(serialized[0], serialized[1])

@@ -409,6 +409,9 @@ class RedactionPipeline:
     ) -> None:
         self.base.check_metadata(identity, self._metadata(identity, metadata), stored_index, sealed)
 
+    def effect_id(self, tenant: str, material: bytes) -> str:
+        return self.base.effect_id(tenant, material)
+
     def split_filter(
         self, tenant: str, filter: dict[str, Any] | None
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -7,8 +7,10 @@ EVAL when the server has forgotten the script, so a restart, failover or
 redis-py errors into ours.
 
 Every request the operations yield is idempotent (scripts write the same
-values again, or delete what is already gone), so a request whose connection
-dropped is sent once more on a fresh connection before its error is raised.
+values again, or delete what is already gone; an effect claim or completion
+carries a call id, so sent again it finds its own change), so a request whose
+connection dropped is sent once more on a fresh connection before its error is
+raised.
 """
 
 from __future__ import annotations

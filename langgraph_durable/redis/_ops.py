@@ -23,6 +23,11 @@ share a tag and every key of a thread lives in one cluster slot)::
                      "<ns>\\0<id>\\0<task>" -> that task's writes (frames)
     P:{T}:i   zset   "<ns>\\0<id>", score 0: by namespace, then id
     P:{T}:n   zset   "<id>\\0<ns>", score 0: by id across namespaces
+    P:{T}:e   set    effect ids of the thread's effect journal
+    P:{T}:e:<effect id>  hash  one journal entry: state, token, attempt,
+                     lease_until, request_type, request, outcome, result_type,
+                     result, created, completed (times as Python float reprs),
+                     and call (the id of the last call that changed it)
     P:threads:{tenant}   zset   thread id -> server time (ms) it was registered
     P:keys:{tenant}      hash   data-key version -> msgpack [key id, wrapped key
                                 or nil once shredded, created (Unix seconds)]
@@ -31,7 +36,9 @@ share a tag and every key of a thread lives in one cluster slot)::
 The data-key hashes and their set never expire and are not touched by
 ``delete_thread`` or ``prune``: a tenant's keys outlive its threads.
 
-Six keys per thread whatever its size, so a TTL refresh costs six commands.
+Six keys per thread whatever its size, plus the effect journal's set and
+one hash per entry; a TTL refresh covers them all (seven commands plus one per
+journal entry), so every key of a thread always has the same expiry.
 Identifiers may not contain NUL, which separates the parts of a field; checkpoint
 ids sort in time order, so the lexicographic ranges of the two sorted sets give
 the latest checkpoint of a namespace and newest-first listings.
@@ -48,6 +55,8 @@ import hashlib
 import heapq
 import json
 import logging
+import math
+import secrets
 import struct
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -59,6 +68,7 @@ import ormsgpack
 from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
+from .._core.effects import DONE, StoredEffect
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import (
     BlobDelta,
@@ -122,6 +132,23 @@ EVICTING_POLICIES = frozenset(
         "volatile-ttl",
     }
 )
+
+#: The fields of an effect-journal entry's hash, in the order the scripts return them.
+EFFECT_FIELDS = (
+    "state",
+    "token",
+    "attempt",
+    "lease_until",
+    "request_type",
+    "request",
+    "outcome",
+    "result_type",
+    "result",
+    "created",
+    "completed",
+)
+#: Effect ids per read of a thread's journal (an SSCAN hint).
+EFFECT_PAGE_SIZE = 100
 
 _FRAME_HEAD = struct.Struct(">iI")
 #: First byte of a delta blob (a full one starts with a msgpack array header).
@@ -206,9 +233,17 @@ class SetupResult:
 
 _PRELUDE = r"""
 local H, C, B, W, I, N = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- The effect journal's set (its entries are E .. ':' .. id), in the thread's slot.
+local E = string.sub(H, 1, -2) .. 'e'
 local SEP = '\0'
 local MARK = '\0'
 local TASKS = '__TASKS__'
+local EFFECT_FIELDS = {__EFFECT_FIELDS__}
+
+-- An entry's fields in EFFECT_FIELDS order (false where missing).
+local function read_effect(id)
+  return redis.call('HMGET', E .. ':' .. id, unpack(EFFECT_FIELDS))
+end
 
 -- Refuses (before any write) when a key of the thread holds another type.
 local function check_types()
@@ -220,18 +255,26 @@ local function check_types()
         ', expected a ' .. want .. ': something other than the saver wrote it')
     end
   end
+  local t = redis.call('TYPE', E)['ok']
+  if t ~= 'none' and t ~= 'set' then
+    return redis.error_reply('LGD_WRONGTYPE key ' .. E .. ' holds a ' .. t ..
+      ', expected a set: something other than the saver wrote it')
+  end
   return nil
 end
 
 local function expire_all(ttl)
   if ttl == '' then return end
-  -- the six keys expire together: without a TTL on the first, none has one
+  -- every key of the thread (effect journal included) expires together:
+  -- without a TTL on the first, none has one
   if ttl == '0' and redis.call('PTTL', H) == -1 then return end
-  for k = 1, 6 do
+  local keys = {H, C, B, W, I, N, E}
+  for _, id in ipairs(redis.call('SMEMBERS', E)) do keys[#keys + 1] = E .. ':' .. id end
+  for _, k in ipairs(keys) do
     if ttl == '0' then
-      redis.call('PERSIST', KEYS[k])
+      redis.call('PERSIST', k)
     else
-      redis.call('PEXPIRE', KEYS[k], ttl)
+      redis.call('PEXPIRE', k, ttl)
     end
   end
 end
@@ -354,7 +397,9 @@ local function registration(mark, existed)
   local t = redis.call('TIME')
   return {1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
 end
-""".replace("__TASKS__", TASKS)
+""".replace("__TASKS__", TASKS).replace(
+    "__EFFECT_FIELDS__", ", ".join(f"'{name}'" for name in EFFECT_FIELDS)
+)
 
 
 def _lua(name: str, flags: str | None, body: str) -> LuaScript:
@@ -611,13 +656,19 @@ return gone
 """,
 )
 
-# A consistent snapshot of a thread's hashes (the sorted sets follow from them).
+# A consistent snapshot of a thread's hashes (the sorted sets follow from them)
+# and of its effect journal ({id, fields in EFFECT_FIELDS order} per entry).
 READ_ALL = _lua(
     "read_all",
     "no-writes",
     r"""
+local fx = {}
+for _, id in ipairs(redis.call('SMEMBERS', E)) do
+  local v = read_effect(id)
+  if v[1] then fx[#fx + 1] = {id, v} end
+end
 return {redis.call('HGETALL', H), redis.call('HGETALL', C), redis.call('HGETALL', B),
-        redis.call('HGETALL', W)}
+        redis.call('HGETALL', W), fx}
 """,
 )
 
@@ -709,6 +760,140 @@ return n
 """,
 )
 
+# ---------------------------------------------------------------- Lua: effect journal
+#
+# An entry is the hash E .. ':' .. id (see the module docstring); E, the set of the
+# thread's effect ids, lets a thread's deletion, copy and TTL refresh find them.
+# Times are Python float reprs compared with tonumber. The field ``call`` holds
+# the id of the last call that claimed or completed the entry, so that call, sent
+# again after its reply was lost, finds its own change instead of refusing it.
+
+# KEYS: the thread's six. Deletes them and the thread's effect journal.
+DROP = _lua(
+    "drop",
+    "allow-oom",
+    r"""
+for _, id in ipairs(redis.call('SMEMBERS', E)) do redis.call('UNLINK', E .. ':' .. id) end
+return redis.call('UNLINK', H, C, B, W, I, N, E)
+""",
+)
+
+# KEYS: the thread's six, E, the entry. ARGV: write ttl, read ttl, effect id,
+# lease_until, now, takeover ('1'/'0'), request type, request, call id.
+# Returns {won (1/0), fields in EFFECT_FIELDS order}.
+EFFECT_CLAIM = _lua(
+    "effect_claim",
+    None,
+    r"""
+local X, id, call = KEYS[8], ARGV[3], ARGV[9]
+local function reply(won)
+  local out = redis.call('HMGET', X, unpack(EFFECT_FIELDS))
+  table.insert(out, 1, won)
+  return out
+end
+if redis.call('EXISTS', X) == 0 then
+  redis.call('HSET', X, 'state', 'claimed', 'token', '1', 'attempt', '1', 'lease_until', ARGV[4],
+    'request_type', ARGV[7], 'request', ARGV[8], 'created', ARGV[5], 'call', call)
+  redis.call('SADD', E, id)
+  expire_all(ARGV[1])
+  return reply(1)
+end
+local v = redis.call('HMGET', X, 'state', 'lease_until', 'call')
+if v[1] == 'claimed' then
+  if v[3] == call then return reply(1) end
+  local lease = tonumber(v[2])
+  if ARGV[6] == '1' and lease and lease <= tonumber(ARGV[5]) then
+    redis.call('HINCRBY', X, 'token', 1)
+    redis.call('HINCRBY', X, 'attempt', 1)
+    redis.call('HSET', X, 'lease_until', ARGV[4], 'call', call)
+    redis.call('SADD', E, id)
+    expire_all(ARGV[1])
+    return reply(1)
+  end
+end
+expire_all(ARGV[2])
+return reply(0)
+""",
+)
+
+# KEYS: the thread's six, E, the entry. ARGV: ttl, token, outcome, result type,
+# result, now, call id. Returns 1 when recorded, 0 when refused (changes nothing).
+EFFECT_COMPLETE = _lua(
+    "effect_complete",
+    None,
+    r"""
+local X = KEYS[8]
+local v = redis.call('HMGET', X, 'state', 'token', 'call')
+if v[1] == 'done' and v[3] == ARGV[7] then return 1 end
+if v[1] ~= 'claimed' or tonumber(v[2]) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', X, 'state', 'done', 'outcome', ARGV[3], 'result_type', ARGV[4],
+  'result', ARGV[5], 'completed', ARGV[6], 'call', ARGV[7])
+expire_all(ARGV[1])
+return 1
+""",
+)
+
+# KEYS: E, the entry. ARGV: effect id, token ('' for any state and token).
+# Returns whether the entry was deleted.
+EFFECT_DELETE = _index_lua(
+    "effect_delete",
+    "allow-oom",
+    r"""
+if ARGV[2] ~= '' then
+  local v = redis.call('HMGET', KEYS[2], 'state', 'token')
+  if v[1] ~= 'claimed' or tonumber(v[2]) ~= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SREM', KEYS[1], ARGV[1])
+return redis.call('DEL', KEYS[2])
+""",
+)
+
+# KEYS: the thread's six, E. ARGV: read ttl, SSCAN cursor, count.
+# Returns {next cursor, {{id, fields in EFFECT_FIELDS order}, ...}}.
+EFFECT_PAGE = _lua(
+    "effect_page",
+    "allow-oom",
+    r"""
+local r = redis.call('SSCAN', E, ARGV[2], 'COUNT', ARGV[3])
+local out = {}
+for _, id in ipairs(r[2]) do
+  local v = read_effect(id)
+  if v[1] then out[#out + 1] = {id, v} end
+end
+if #out > 0 then expire_all(ARGV[1]) end
+return {r[1], out}
+""",
+)
+
+# KEYS: the thread's six, E. ARGV: ttl, overwrite ('1': replace entries the thread
+# has, '0': keep them), then per entry: id, number of fields n, n field/value pairs.
+# Returns the number of entries written.
+EFFECT_WRITE = _lua(
+    "effect_write",
+    None,
+    r"""
+local t = redis.call('TYPE', E)['ok']
+if t ~= 'none' and t ~= 'set' then
+  return redis.error_reply('LGD_WRONGTYPE key ' .. E .. ' holds a ' .. t ..
+    ', expected a set: something other than the saver wrote it')
+end
+local j, written = 3, 0
+while j <= #ARGV do
+  local id, n = ARGV[j], tonumber(ARGV[j + 1])
+  local x = E .. ':' .. id
+  if ARGV[2] == '1' or redis.call('EXISTS', x) == 0 then
+    redis.call('DEL', x)
+    for k = j + 2, j + 2 * n, 2 do redis.call('HSET', x, ARGV[k], ARGV[k + 1]) end
+    redis.call('SADD', E, id)
+    written = written + 1
+  end
+  j = j + 2 + 2 * n
+end
+expire_all(ARGV[1])
+return written
+""",
+)
+
 #: Every script, for ``setup()`` to load.
 SCRIPTS: tuple[LuaScript, ...] = (
     PUT,
@@ -725,6 +910,12 @@ SCRIPTS: tuple[LuaScript, ...] = (
     INDEX_PAGE,
     INDEX_FORGET,
     SWAP_DATA_KEYS,
+    DROP,
+    EFFECT_CLAIM,
+    EFFECT_COMPLETE,
+    EFFECT_DELETE,
+    EFFECT_PAGE,
+    EFFECT_WRITE,
 )
 
 
@@ -779,8 +970,19 @@ class KeyLayout:
 
     def thread(self, tenant: str, thread: str) -> tuple[str, ...]:
         """The six keys of a thread, in the order the scripts expect."""
-        base = f"{self.prefix}:{self.tag(tenant, thread)}:"
+        base = self._base(tenant, thread)
         return tuple(base + s for s in self.SUFFIXES)
+
+    def _base(self, tenant: str, thread: str) -> str:
+        return f"{self.prefix}:{self.tag(tenant, thread)}:"
+
+    def effects(self, tenant: str, thread: str) -> str:
+        """The set of a thread's effect ids (the scripts derive it from the ``h`` key)."""
+        return self._base(tenant, thread) + "e"
+
+    def effect(self, tenant: str, thread: str, effect_id: str) -> str:
+        """The hash of one effect-journal entry of a thread (in the thread's slot)."""
+        return self._base(tenant, thread) + "e:" + effect_id
 
     def tenant_index(self, tenant: str) -> str:
         """The sorted set of a tenant's thread ids (its own slot)."""
@@ -1514,7 +1716,7 @@ class RedisOps:
 
     @operation
     def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
-        """Delete every key of one thread (all namespaces): one round trip."""
+        """Delete every key of one thread (all namespaces, effect journal): one round trip."""
         yield from self._delete_threads(tenant, [thread_id])
         return None
 
@@ -1527,7 +1729,7 @@ class RedisOps:
             for thread in chunk:
                 self._pending_marks.pop((tenant, thread), None)
                 self.codec.forget_thread(tenant, thread)
-                requests.append(Command(("UNLINK", *self.keys.thread(tenant, thread))))
+                requests.append(Script(DROP, self.keys.thread(tenant, thread)))
                 requests.append(Command(("ZREM", index, thread)))
             _first_error((yield Batch(tuple(requests))))
         return None
@@ -1567,14 +1769,16 @@ class RedisOps:
         One read of the source (a consistent snapshot), then writes to the
         target in chunks of about ``COPY_CHUNK_BYTES``, blobs and writes first
         and checkpoints last, so a checkpoint is never visible before its parts.
-        Entries the target already has are kept.
+        Entries the target already has are kept. Effect-journal entries are
+        copied first (a thread may have some before its first checkpoint).
         """
         if source == target:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
         tenant = _ident(tenant, "tenant id")
         source = _ident(source, "source thread_id")
         target = _ident(target, "target thread_id")
-        h, c, b, w = yield Script(READ_ALL, self.keys.thread(tenant, source))
+        h, c, b, w, fx = yield Script(READ_ALL, self.keys.thread(tenant, source))
+        yield from self._copy_effects(tenant, target, fx)
         payloads = dict(_pairs(c))
         records = [(f, hdr, payloads.get(f, b"")) for f, hdr in _pairs(h) if f != MARK.encode()]
         if not records:
@@ -1625,6 +1829,164 @@ class RedisOps:
             for thread, deleted in zip(chunk, results, strict=True):
                 if int(deleted) < 0:  # a DeltaChannel checkpoint arrived meanwhile
                     raise _delta_refusal(thread)
+        return None
+
+    # ---- effect journal --------------------------------------------------------
+
+    def _effect_keys(self, tenant: str, thread: str, effect_id: str) -> tuple[str, tuple[str, ...]]:
+        """The checked effect id and the keys the claim and complete scripts take:
+        the thread's six, E, the entry."""
+        tenant = _ident(tenant, "tenant id")
+        thread = _ident(thread, "thread_id")
+        effect_id = _effect_id(effect_id)
+        keys = (
+            *self.keys.thread(tenant, thread),
+            self.keys.effects(tenant, thread),
+            self.keys.effect(tenant, thread, effect_id),
+        )
+        return effect_id, keys
+
+    @operation
+    def effect_claim(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        request: Sealed,
+        lease_until: float,
+        now: float,
+        takeover: bool,
+    ) -> Generator[Any, Any, StoredEffect]:
+        """Claim an effect: a fresh entry, a takeover of an expired claim, or the stored entry.
+
+        One script, one round trip. A claim (fresh or takeover) is a write: it
+        restarts the thread's TTL, entries included.
+        """
+        effect_id, keys = self._effect_keys(tenant, thread, effect_id)
+        reply = yield Script(
+            EFFECT_CLAIM,
+            keys,
+            (
+                self._write_ttl,
+                self._read_ttl,
+                effect_id,
+                _time(lease_until, "lease_until"),
+                _time(now, "now"),
+                "1" if takeover else "0",
+                _ident(request.type, "request type"),
+                bytes(request.data),
+                _call_id(),
+            ),
+        )
+        return _decode_effect(effect_id, reply[1:], bool(int(reply[0])))
+
+    @operation
+    def effect_complete(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        outcome: str,
+        result: Sealed,
+        now: float,
+    ) -> Generator[Any, Any, bool]:
+        """Record an effect's result if ``token`` still holds its claim; one round trip."""
+        effect_id, keys = self._effect_keys(tenant, thread, effect_id)
+        done = yield Script(
+            EFFECT_COMPLETE,
+            keys,
+            (
+                self._write_ttl,
+                str(int(token)),
+                _ident(outcome, "effect outcome"),
+                _ident(result.type, "result type"),
+                bytes(result.data),
+                _time(now, "now"),
+                _call_id(),
+            ),
+        )
+        return bool(int(done))
+
+    @operation
+    def effect_delete(
+        self, tenant: str, thread: str, effect_id: str, token: int | None
+    ) -> Generator[Any, Any, bool]:
+        """Delete an entry (any, or only a claim ``token`` holds); whether one was deleted.
+
+        One round trip. Sent again after a lost reply, it reports False for the
+        entry it deleted the first time.
+        """
+        effect_id, keys = self._effect_keys(tenant, thread, effect_id)
+        gone = yield Script(
+            EFFECT_DELETE, keys[6:], (effect_id, "" if token is None else str(int(token)))
+        )
+        return bool(int(gone))
+
+    @operation
+    def effect_get(
+        self, tenant: str, thread: str, effect_id: str
+    ) -> Generator[Any, Any, StoredEffect | None]:
+        """One entry, or None: one HMGET."""
+        tenant = _ident(tenant, "tenant id")
+        thread = _ident(thread, "thread_id")
+        effect_id = _effect_id(effect_id)
+        key = self.keys.effect(tenant, thread, effect_id)
+        values = yield Command(("HMGET", key, *EFFECT_FIELDS))
+        if not values or values[0] is None:
+            return None
+        return _decode_effect(effect_id, values, False)
+
+    @operation
+    def effect_list(
+        self, tenant: str, thread: str
+    ) -> Generator[Any, Any, builtins.list[StoredEffect]]:
+        """Every journal entry of a thread (any order), a page per round trip."""
+        tenant = _ident(tenant, "tenant id")
+        thread = _ident(thread, "thread_id")
+        keys = (*self.keys.thread(tenant, thread), self.keys.effects(tenant, thread))
+        found: dict[str, StoredEffect] = {}
+        cursor: Any = "0"
+        while True:
+            cursor, rows = yield Script(
+                EFFECT_PAGE, keys, (self._read_ttl, cursor, EFFECT_PAGE_SIZE)
+            )
+            for raw_id, values in rows:
+                effect_id = _text(raw_id)
+                found[effect_id] = _decode_effect(effect_id, values, False)
+            if _text(cursor) == "0":
+                return builtins.list(found.values())
+
+    @operation
+    def effect_restore(
+        self, tenant: str, thread: str, effect: StoredEffect
+    ) -> Generator[Any, Any, None]:
+        """Write an entry exactly as given (insert or overwrite); one round trip."""
+        tenant = _ident(tenant, "tenant id")
+        thread = _ident(thread, "thread_id")
+        keys = (*self.keys.thread(tenant, thread), self.keys.effects(tenant, thread))
+        args = _effect_args(effect)
+        yield Script(EFFECT_WRITE, keys, (self._write_ttl, "1", *args))
+        return None
+
+    def _copy_effects(
+        self, tenant: str, target: str, entries: Sequence[Any]
+    ) -> Generator[Any, Any, None]:
+        """Write the entries READ_ALL read to ``target``, keeping those it has."""
+        if not entries:
+            return None
+        keys = (*self.keys.thread(tenant, target), self.keys.effects(tenant, target))
+        args: builtins.list[Any] = []
+        size = 0
+        for raw_id, values in entries:
+            item = _effect_fields(_text(raw_id), values)
+            item_size = sum(len(part) for part in item)
+            if args and size + item_size > COPY_CHUNK_BYTES:
+                yield Script(EFFECT_WRITE, keys, (self._write_ttl, "0", *args))
+                args, size = [], 0
+            args.extend(item)
+            size += item_size
+        yield Script(EFFECT_WRITE, keys, (self._write_ttl, "0", *args))
         return None
 
     # ---- data keys (envelope encryption) --------------------------------------
@@ -1718,6 +2080,94 @@ def _delta_refusal(thread: str) -> UnsupportedOperationError:
         f"keep_latest cannot prune thread {thread!r}: it uses a DeltaChannel, "
         "whose value is rebuilt from the checkpoints keep_latest would delete"
     )
+
+
+# ---- effect journal helpers
+
+
+def _effect_id(effect_id: Any) -> str:
+    text = _ident(effect_id, "effect id")
+    if not text:
+        raise InvalidInputError("effect id must not be empty")
+    return text
+
+
+def _time(value: Any, what: str) -> str:
+    """A time (Unix seconds) as the scripts store and compare it: Python's float repr."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{what} must be a number of seconds, got {value!r}") from exc
+    if math.isnan(number):
+        raise InvalidInputError(f"{what} must not be NaN")
+    return repr(number)
+
+
+def _call_id() -> str:
+    """A fresh id naming one claim or completion call (see the scripts' ``call`` field)."""
+    return secrets.token_hex(12)
+
+
+def _decode_effect(effect_id: str, values: Sequence[Any], won: bool) -> StoredEffect:
+    """A journal entry from its fields in ``EFFECT_FIELDS`` order (None where missing).
+
+    Raises:
+        CorruptRecordError: The entry is not one the saver wrote.
+    """
+    try:
+        state, token, attempt, lease, r_type, r_data, outcome, res_type, res_data, created, _ = (
+            values
+        )
+        if state is None or r_type is None or r_data is None:
+            raise ValueError("state or request missing")
+        result = None
+        if res_type is not None:
+            result = Sealed(_text(res_type), bytes(res_data or b""))
+        return StoredEffect(
+            effect_id=effect_id,
+            state=_text(state),
+            token=int(token),
+            attempt=int(attempt),
+            lease_until=float(lease),
+            request=Sealed(_text(r_type), bytes(r_data)),
+            outcome=None if outcome is None else _text(outcome),
+            result=result,
+            won=won,
+            created=float(created) if created is not None else 0.0,
+        )
+    except (ValueError, TypeError) as exc:
+        raise CorruptRecordError(
+            f"stored effect-journal entry {effect_id!r} cannot be read: {exc}"
+        ) from exc
+
+
+def _effect_fields(effect_id: str, values: Sequence[Any]) -> list[Any]:
+    """EFFECT_WRITE's arguments for one entry: id, field count, the present fields."""
+    pairs: list[Any] = []
+    for name, value in zip(EFFECT_FIELDS, values, strict=True):
+        if value is not None:
+            pairs.extend((name.encode(), bytes(value)))
+    return [effect_id.encode(), str(len(pairs) // 2).encode(), *pairs]
+
+
+def _effect_args(effect: StoredEffect) -> list[Any]:
+    """EFFECT_WRITE's arguments for an entry as given (a done one completed when created)."""
+    created = _time(effect.created, "created")
+    values: list[Any] = [
+        _ident(effect.state, "effect state"),
+        str(int(effect.token)),
+        str(int(effect.attempt)),
+        _time(effect.lease_until, "lease_until"),
+        _ident(effect.request.type, "request type"),
+        bytes(effect.request.data),
+        None if effect.outcome is None else _ident(effect.outcome, "effect outcome"),
+        None if effect.result is None else _ident(effect.result.type, "result type"),
+        None if effect.result is None else bytes(effect.result.data),
+        created,
+        created if effect.state == DONE else None,
+    ]
+    encoded = [v.encode() if isinstance(v, str) else v for v in values]
+    return _effect_fields(_effect_id(effect.effect_id), encoded)
 
 
 def _ranges(ns: str | None, cid: str | None, before: str | None) -> tuple[str, str, str]:

@@ -36,7 +36,8 @@ class RedisOptions:
         prefix: First part of every key the saver writes (no ``{``, ``}``).
         ttl: Seconds a thread lives after its last write (a number or a
             ``datetime.timedelta``; stored as seconds), or None to keep threads
-            until they are deleted. Every key of a thread gets the same expiry.
+            until they are deleted. Every key of a thread (its effect-journal
+            entries included) gets the same expiry.
         refresh_ttl_on_read: Whether ``get_tuple`` and ``list`` also restart
             the TTL of the threads they read.
         default_tenant: Tenant used when a call names none.

@@ -13,6 +13,7 @@ PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [
     PKG / "postgres" / "_sql.py",
     PKG / "redis" / "_ops.py",
     PKG / "dynamodb" / "_ops.py",
+    PKG / "effects" / "_flow.py",
 ]
 
 

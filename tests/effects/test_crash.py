@@ -1,0 +1,180 @@
+"""Crash recovery, interrupts across processes, and racing workers, on every backend.
+
+Workers are forked from a zygote process (``zygote.py``) and SIGKILLed at random
+moments by the harness (``crash.py``). ``LGD_CRASH_TRIALS`` sets the trials per
+backend (30 by default; ``make soak`` runs 500).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.effects.conftest import BACKENDS, make_spec
+from tests.effects.crash import TrialResult, ledger_counts, run_trial
+from tests.effects.graphs import EffectLog, line_effects
+from tests.effects.zygote import Zygote
+from tests.redaction_helpers import SaverSpec, open_saver
+
+TRIALS = int(os.environ.get("LGD_CRASH_TRIALS", "30"))
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    z = Zygote(ROOT)
+    yield z
+    z.close()
+
+
+def _job(spec: SaverSpec, tmp: pathlib.Path, thread: str, **extra: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "spec": asdict(spec),
+        "graph": "line",
+        "thread": thread,
+        "log": str(tmp / f"{thread}.log"),
+        "output": str(tmp / f"{thread}.out"),
+        "lease": 0.5,
+        "pause": 0.005,
+    }
+    job.update(extra)
+    return job
+
+
+def _prepare(spec: SaverSpec) -> SaverSpec:
+    with open_saver(spec):  # setup() once, before the workers race to it
+        pass
+    return spec
+
+
+def _summary(results: list[TrialResult]) -> str:
+    kills = sum(r.kills for r in results)
+    explained = sum(r.explained for r in results)
+    return f"{len(results)} trials, {kills} kills, {explained} explained duplicates"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crash_trials_default_policy(
+    request: pytest.FixtureRequest, backend: str, zygote: Zygote, tmp_path: pathlib.Path
+) -> None:
+    spec = _prepare(make_spec(request, backend))
+    rng = random.Random(f"crash-{backend}-{uuid.uuid4()}")
+    results = []
+    for trial in range(TRIALS):
+        job = _job(spec, tmp_path, f"crash-{trial}", **{"async": trial % 2 == 1})
+        results.append(run_trial(zygote, job, rng))
+    print(f"\n{backend}: {_summary(results)}")
+    assert sum(r.kills for r in results) >= TRIALS  # the harness really crashed workers
+    assert [r for r in results if not r.state_ok] == []
+    assert [r.lost for r in results if r.lost] == []
+    assert [r.unexplained for r in results if r.unexplained] == []
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_crash_trials_transactional_postgres_exactly_once(
+    pg_url: str, pg_schema: str, flavour: str, zygote: Zygote, tmp_path: pathlib.Path
+) -> None:
+    spec = _prepare(SaverSpec("postgres", pg_url, {"schema": pg_schema}))
+    ledger = f'"{pg_schema}".effect_ledger'
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {ledger} (effect_key text, what text, pid integer)")
+    rng = random.Random(f"tx-{uuid.uuid4()}")
+    results = []
+    trials = max(TRIALS // 2, 15)
+    for trial in range(trials):
+        job = _job(
+            spec,
+            tmp_path,
+            f"tx-{trial}",
+            transactional=True,
+            ledger=ledger,
+            **{"async": flavour == "async"},
+        )
+        results.append(run_trial(zygote, job, rng))
+    print(f"\npostgres transactional {flavour}: {_summary(results)}")
+    assert sum(r.kills for r in results) >= trials
+    assert [r for r in results if not r.state_ok] == []
+    rows = ledger_counts(pg_url, ledger)
+    # exactly once: one committed row per effect of every trial, none twice
+    assert max(rows.values()) == 1
+    assert sum(rows.values()) == trials * sum(line_effects().values())
+    per_effect = Counter(key.split("|")[0] for key in rows)
+    assert per_effect == Counter(
+        {k.split(":", 1)[1]: v * trials for k, v in line_effects().items()}
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unwrapped_effects_repeat_after_a_crash(
+    request: pytest.FixtureRequest, backend: str, zygote: Zygote, tmp_path: pathlib.Path
+) -> None:
+    """The gap the journal closes: kill a worker right after a plain effect, resume."""
+    spec = _prepare(make_spec(request, backend))
+    rng = random.Random(f"gap-{backend}")
+    results = [
+        run_trial(
+            zygote,
+            _job(spec, tmp_path, f"gap-{trial}", wrapped=False, pause=0.2),
+            rng,
+            eager=True,
+        )
+        for trial in range(3)
+    ]
+    assert all(r.state_ok for r in results)
+    duplicates = [r.unexplained for r in results]
+    assert all(duplicates), duplicates  # every crashed trial repeated an effect
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eight_workers_resume_one_thread_at_once(
+    request: pytest.FixtureRequest, backend: str, zygote: Zygote, tmp_path: pathlib.Path
+) -> None:
+    spec = _prepare(make_spec(request, backend))
+    job = _job(spec, tmp_path, "race", lease=30.0, pause=0.05, interrupt_before=["n1"])
+    first = zygote.start(job)
+    assert zygote.wait(first) == 0  # ran n0, paused before n1
+    log = EffectLog(job["log"])
+    assert log.effects() == Counter({"charge:n0-1": 1})
+    pids = [zygote.start({**job, "async": i % 2 == 1}) for i in range(8)]
+    statuses = [zygote.wait(pid) for pid in pids]
+    assert statuses == [0] * 8, open(job["output"]).read()[-3000:]
+    assert log.effects() == line_effects()  # every effect once, across 8 racing workers
+    finished = [p for p in log.lines() if p[0] == "finished"]
+    assert len(finished) == 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("graph", "node", "expected"),
+    [
+        ("tools", "ToolNode", {"refund:o1": 1, "email:ops-o1": 1}),
+        ("plain_tools", "idempotent", {"ship:o2": 1}),
+        ("plain_tools", "ToolNode", {"ship:o2": 2}),
+    ],
+)
+def test_effect_then_interrupt_resumes_in_a_new_process(
+    request: pytest.FixtureRequest,
+    backend: str,
+    graph: str,
+    node: str,
+    expected: dict[str, int],
+    zygote: Zygote,
+    tmp_path: pathlib.Path,
+) -> None:
+    spec = _prepare(make_spec(request, backend))
+    job = _job(spec, tmp_path, f"hitl-{graph}-{node}", graph=graph, node=node)
+    assert zygote.wait(zygote.start(job)) == 0  # effects, then the interrupt
+    assert zygote.wait(zygote.start({**job, "resume": "yes", "async": True})) == 0
+    log = EffectLog(job["log"])
+    assert [p[0] for p in log.lines()].count("finished") == 1
+    # the plain ToolNode repeats the finished sibling: the gap IdempotentToolNode closes
+    assert log.effects() == Counter(expected)
