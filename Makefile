@@ -7,6 +7,7 @@
 #                        DynamoDB; sync and async); LANGGRAPH_SUITE_ARGS="--saver redis" narrows it
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
+#   make soak            the long crash soak: 500 SIGKILL trials per backend (CI runs 30)
 #
 # Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
 # answering on 127.0.0.1:5432, else a throwaway server; Redis from $LGD_REDIS_URL, else one
@@ -28,7 +29,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 LANGGRAPH_SUITE_ARGS ?=
 
-.PHONY: setup test lint test-unit test-langgraph demo bench
+.PHONY: setup test lint test-unit test-langgraph demo bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -63,3 +64,9 @@ demo: $(SETUP_STAMP)
 
 bench: $(SETUP_STAMP)
 	$(PY) benchmarks/run.py
+
+# The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py).
+SOAK_TRIALS ?= 500
+soak: $(SETUP_STAMP)
+	LGD_CRASH_TRIALS=$(SOAK_TRIALS) $(PY) -m pytest -n 4 -s --timeout 0 \
+		tests/effects/test_crash.py

@@ -366,3 +366,34 @@ def test_journal_is_copied_and_deleted_with_the_thread(
         assert len(runner.entries("dst")) == 13  # 7, and the replay's 6 at their new step
         runner.saver_call("prune", ["dst"], strategy="delete")
         assert runner.entries("dst") == []
+
+
+def test_a_retried_node_replays_the_effects_that_finished(spec: SaverSpec, log: EffectLog) -> None:
+    from langgraph.types import RetryPolicy
+
+    effect = counted(log)
+    failures = {"left": 1}
+
+    def pay(state: PayState) -> dict[str, Any]:
+        receipt = effect(state["amount"])
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("the node fails after its effect")
+        return {"receipt": receipt}
+
+    with Runner("sync", spec) as runner:
+        builder = StateGraph(PayState)
+        builder.add_node("prepare", lambda state: {"amount": 3})
+        builder.add_node(
+            "pay",
+            pay,
+            retry_policy=RetryPolicy(
+                max_attempts=2, retry_on=RuntimeError, initial_interval=0.01, jitter=False
+            ),
+        )
+        builder.add_edge(START, "prepare")
+        builder.add_edge("prepare", "pay")
+        builder.add_edge("pay", END)
+        graph = builder.compile(checkpointer=runner.saver)
+        assert runner.invoke(graph, {}, cfg("retry"))["receipt"] == "receipt-3"
+    assert log.effects() == Counter({"pay:3": 1})
