@@ -292,8 +292,15 @@ def effect_flow(
         def complete(outcome: str, value: Any, _id: str = effect_id, _t: int = token) -> Any:
             return saver._effect_complete_op(tenant, thread, _id, _t, outcome, value, clock())
 
-        if plan.replayed_from is not None and decision.attempt == 1:
-            original = yield RunOp(saver._effect_lookup_op(tenant, thread, plan.replayed_from))
+        if plan.replayed_from is not None:
+            try:
+                original = yield RunOp(
+                    saver._effect_lookup_op(tenant, thread, plan.replayed_from)
+                )
+            except Exception:
+                # nothing ran: give the claim back, so the next run looks again
+                yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
+                raise
             if original is not None and original.entry.state == DONE:
                 # the call this replay repeats: record its result here too, so a
                 # crash later in this branch finds it under this step

@@ -141,7 +141,8 @@ class Encryption:
             cache_ttl=float(self.cache_ttl),
             max_key_age=float(self.max_key_age),
             max_key_uses=self.max_key_uses,
-            index_keys=bool(self.searchable_metadata),
+            # the index key also keys the effect journal's entry ids (effect_id)
+            index_keys=True,
         )
 
 

@@ -184,7 +184,8 @@ class KeyManager:
         max_key_age: Seconds after which a tenant gets a new data-key version.
         max_key_uses: Records one data-key version seals in this process before
             a new version is made.
-        index_keys: Whether tenants need a blind-index key (searchable metadata).
+        index_keys: Whether tenants need an index key (blind indexes of searchable
+            metadata, effect-journal entry ids).
         now: The clock (injected for tests).
     """
 
