@@ -294,9 +294,7 @@ def effect_flow(
 
         if plan.replayed_from is not None:
             try:
-                original = yield RunOp(
-                    saver._effect_lookup_op(tenant, thread, plan.replayed_from)
-                )
+                original = yield RunOp(saver._effect_lookup_op(tenant, thread, plan.replayed_from))
             except Exception:
                 # nothing ran: give the claim back, so the next run looks again
                 yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
