@@ -68,5 +68,7 @@ bench: $(SETUP_STAMP)
 # The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py).
 SOAK_TRIALS ?= 500
 soak: $(SETUP_STAMP)
-	LGD_CRASH_TRIALS=$(SOAK_TRIALS) $(PY) -m pytest -n 4 -s --timeout 0 \
-		tests/effects/test_crash.py
+	mkdir -p .lgd && rm -f .lgd/soak-report.txt
+	LGD_CRASH_TRIALS=$(SOAK_TRIALS) LGD_CRASH_REPORT=.lgd/soak-report.txt \
+		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py; \
+		status=$$?; cat .lgd/soak-report.txt; exit $$status

@@ -105,7 +105,7 @@ class Policy:
     on_ambiguous: Any  # "retry", "fail" or a callable(effect) -> result
     transactional: bool
     lease: float
-    wait: float
+    wait: float | None  # None: until the holder's lease ends (at most twice the lease)
     transient: Callable[[BaseException], bool]
 
 
@@ -242,7 +242,8 @@ def effect_flow(
     saver = plan.saver
     tenant, thread = plan.tenant, plan.thread
     takeover = policy.transactional or policy.on_ambiguous != "fail"
-    deadline = clock() + policy.wait
+    wait = policy.wait if policy.wait is not None else 2 * policy.lease + 1.0
+    deadline = clock() + wait
     while True:
         pause = _FIRST_WAIT
         while True:
@@ -272,7 +273,7 @@ def effect_flow(
                 raise EffectBusyError(
                     f"effect {policy.name!r} (thread {thread!r}) is held by another execution "
                     f"(attempt {entry.attempt}, lease until {entry.lease_until:.3f}); waited "
-                    f"{policy.wait:.1f}s"
+                    f"{wait:.1f}s"
                 )
             yield Sleep(min(pause, remaining, max(entry.lease_until - now, 0.001)))
             pause = min(pause * 2, _MAX_WAIT)

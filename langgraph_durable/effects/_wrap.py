@@ -492,7 +492,7 @@ def wrap_function(
         on_ambiguous,
         transactional,
         lease_s,
-        lease_s if wait is None else _seconds(wait, "wait"),
+        None if wait is None else _seconds(wait, "wait"),
         _transient(transient),
     )
     wrapped = _Wrapped(fn, policy, key, journal)
@@ -549,7 +549,8 @@ def idempotent(
         lease: How long a claim is presumed alive; longer than the effect takes.
         key: A key of your own (a string, or a callable of the call's
             arguments) instead of the derived one.
-        wait: How long a second execution waits for another's claim (default: ``lease``).
+        wait: How long a second execution waits for another's claim (default: until
+            the holder's lease ends, at most twice ``lease``).
         transient: Errors that are not recorded (the claim is released and the
             next execution runs again): exception types or a predicate;
             default :func:`default_transient`.

@@ -56,10 +56,23 @@ def _prepare(spec: SaverSpec) -> SaverSpec:
     return spec
 
 
+def _report(line: str) -> None:
+    """Print a trial summary, and append it to ``$LGD_CRASH_REPORT`` (``make soak`` reads it)."""
+    print(f"\n{line}")
+    target = os.environ.get("LGD_CRASH_REPORT")
+    if target:
+        with open(target, "a") as handle:
+            handle.write(line + "\n")
+
+
 def _summary(results: list[TrialResult]) -> str:
     kills = sum(r.kills for r in results)
     explained = sum(r.explained for r in results)
-    return f"{len(results)} trials, {kills} kills, {explained} explained duplicates"
+    outages = sum(r.outages for r in results)
+    return (
+        f"{len(results)} trials, {kills} kills, {outages} storage outages, "
+        f"{explained} explained duplicates"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -72,7 +85,7 @@ def test_crash_trials_default_policy(
     for trial in range(TRIALS):
         job = _job(spec, tmp_path, f"crash-{trial}", **{"async": trial % 2 == 1})
         results.append(run_trial(zygote, job, rng))
-    print(f"\n{backend}: {_summary(results)}")
+    _report(f"{backend}: {_summary(results)}")
     assert sum(r.kills for r in results) >= TRIALS  # the harness really crashed workers
     assert [r for r in results if not r.state_ok] == []
     assert [r.lost for r in results if r.lost] == []
@@ -100,7 +113,7 @@ def test_crash_trials_transactional_postgres_exactly_once(
             **{"async": flavour == "async"},
         )
         results.append(run_trial(zygote, job, rng))
-    print(f"\npostgres transactional {flavour}: {_summary(results)}")
+    _report(f"postgres transactional {flavour}: {_summary(results)}")
     assert sum(r.kills for r in results) >= trials
     assert [r for r in results if not r.state_ok] == []
     rows = ledger_counts(pg_url, ledger)

@@ -46,6 +46,7 @@ def _child(job: dict[str, Any]) -> None:
     except BaseException:  # noqa: BLE001 - report and exit, never return into the zygote
         import traceback
 
+        print(f"worker {os.getpid()} failed", flush=True)
         traceback.print_exc()
     finally:
         sys.stdout.flush()
