@@ -50,8 +50,8 @@ for _p in (str(HERE.parent), str(HERE)):
 from backends import make_backends  # noqa: E402
 from instrument import ApiCallCounter, RoundTripProxy, percentile  # noqa: E402
 from measure import Session, Settings  # noqa: E402
-from run import DEFAULT_REDIS_URL, DEFAULT_URL, environment, log  # noqa: E402
-from savers import SPECS, unavailable  # noqa: E402
+from run import DEFAULT_REDIS_URL, DEFAULT_URL, environment, log, pick_savers  # noqa: E402
+from savers import SPECS  # noqa: E402
 
 BACKENDS = ("postgres", "redis", "dynamodb")
 # Our savers of each backend, sync then async.
@@ -496,21 +496,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    ours = {n for b in BACKENDS for n in SAVERS[b]}
-    names = [n.strip() for n in args.savers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ours]
-    if unknown:
-        log(f"unknown saver(s): {', '.join(unknown)} (choose from {', '.join(sorted(ours))})")
+    picked = pick_savers(args.savers, {n for b in BACKENDS for n in SAVERS[b]})
+    if picked is None:
         return 2
-    skipped: dict[str, str] = {}
-    for n in list(names):
-        if why := unavailable(SPECS[n]):
-            skipped[n] = f"not importable: {why}"
-            names.remove(n)
-            log(f"skipping {n} ({why})")
-    if not names:
-        log("no saver to run")
-        return 2
+    names, skipped = picked
 
     backends = make_backends(args.url, args.redis_url, args.dynamodb_endpoint)
     settings = Settings(

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -229,13 +230,16 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    names = [n.strip() for n in args.savers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SPECS]
+def pick_savers(listed: str, allowed: Collection[str]) -> tuple[list[str], dict[str, str]] | None:
+    """The savers of a ``--savers`` list that can run, and why the others were skipped.
+
+    None (after logging why) when a name is unknown or nothing can run.
+    """
+    names = [n.strip() for n in listed.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
     if unknown:
-        log(f"unknown saver(s): {', '.join(unknown)}")
-        return 2
+        log(f"unknown saver(s): {', '.join(unknown)} (choose from {', '.join(sorted(allowed))})")
+        return None
     skipped: dict[str, str] = {}
     for n in list(names):
         if why := unavailable(SPECS[n]):
@@ -244,7 +248,16 @@ def main(argv: list[str] | None = None) -> int:
             log(f"skipping {n} ({why})")
     if not names:
         log("no saver to run")
+        return None
+    return names, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    picked = pick_savers(args.savers, SPECS)
+    if picked is None:
         return 2
+    names, skipped = picked
 
     backends = make_backends(args.url, args.redis_url, args.dynamodb_endpoint)
     settings = measure.Settings(
