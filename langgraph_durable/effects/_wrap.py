@@ -122,10 +122,13 @@ class _Counters:
     """Calls per (function, arguments) in one task execution, keyed by its runtime object.
 
     LangGraph makes a new runtime object for every attempt of a task (a retry
-    or a re-run after an interrupt), so counting restarts with each attempt.
+    or a re-run after an interrupt), so counting restarts with each attempt. The
+    runtime cannot be weakly referenced, so the registry keeps the most recent
+    ``size`` of them alive (a task evicted while still running, behind that many
+    newer ones, would count its identical calls from zero again).
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self._lock = threading.Lock()
         self._scopes: OrderedDict[int, tuple[Any, dict[Hashable, int]]] = OrderedDict()
         self._size = size
