@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -27,6 +30,59 @@ from tests.redaction_helpers import SaverSpec, open_saver
 
 TRIALS = int(os.environ.get("LGD_CRASH_TRIALS", "30"))
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
+#: DynamoDB trials per moto server in a long run: moto's memory grows with every
+#: transaction it serves (about 8 MB per crashed-and-resumed thread here, faster
+#: on one table), so a soak restarts it with an empty store now and then.
+MOTO_TRIALS = 50
+
+
+@contextmanager
+def fresh_moto() -> Iterator[str]:
+    """A moto server in a process of its own (``tests.servers.MotoServer``); its URL."""
+    from tests.servers import set_dynamodb_environment
+
+    env = dict(os.environ)
+    set_dynamodb_environment(env)
+    code = (
+        "import sys\n"
+        "from tests.servers import MotoServer\n"
+        "server = MotoServer().start()\n"
+        "print(server.url, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _specs(request: pytest.FixtureRequest, backend: str) -> Iterator[tuple[int, SaverSpec]]:
+    """(trials, spec) chunks covering ``TRIALS``: one spec, or DynamoDB's moto restarted."""
+    if backend != "dynamodb" or TRIALS <= MOTO_TRIALS:
+        yield TRIALS, _prepare(make_spec(request, backend))
+        return
+    from tests.servers import set_dynamodb_environment
+
+    set_dynamodb_environment(os.environ)  # what the rig sets for its own moto (setdefault)
+    for start in range(0, TRIALS, MOTO_TRIALS):
+        with fresh_moto() as url:
+            conn = f"dynamodb://crash?region=us-east-1&endpoint={url}"
+            yield min(MOTO_TRIALS, TRIALS - start), _prepare(SaverSpec("dynamodb", conn, {}))
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +135,13 @@ def _summary(results: list[TrialResult]) -> str:
 def test_crash_trials_default_policy(
     request: pytest.FixtureRequest, backend: str, zygote: Zygote, tmp_path: pathlib.Path
 ) -> None:
-    spec = _prepare(make_spec(request, backend))
     rng = random.Random(f"crash-{backend}-{uuid.uuid4()}")
-    results = []
-    for trial in range(TRIALS):
-        job = _job(spec, tmp_path, f"crash-{trial}", **{"async": trial % 2 == 1})
-        results.append(run_trial(zygote, job, rng))
+    results: list[TrialResult] = []
+    for trials, spec in _specs(request, backend):
+        for _ in range(trials):
+            trial = len(results)
+            job = _job(spec, tmp_path, f"crash-{trial}", **{"async": trial % 2 == 1})
+            results.append(run_trial(zygote, job, rng))
     _report(f"{backend}: {_summary(results)}")
     assert sum(r.kills for r in results) >= TRIALS  # the harness really crashed workers
     assert [r for r in results if not r.state_ok] == []
