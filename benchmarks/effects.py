@@ -50,7 +50,7 @@ for _p in (str(HERE.parent), str(HERE)):
 from backends import make_backends  # noqa: E402
 from instrument import ApiCallCounter, RoundTripProxy, percentile  # noqa: E402
 from measure import Session, Settings  # noqa: E402
-from run import DEFAULT_REDIS_URL, DEFAULT_URL, environment, log, pick_savers  # noqa: E402
+from run import add_service_args, environment, log, pick_savers  # noqa: E402
 from savers import SPECS  # noqa: E402
 
 BACKENDS = ("postgres", "redis", "dynamodb")
@@ -466,22 +466,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--counted-threads", type=int, default=3, help="threads in the counting pass per saver"
     )
     p.add_argument("--pool-size", type=int, default=4, help="connections per saver pool (timed)")
-    p.add_argument(
-        "--url",
-        default=os.environ.get("BENCH_PG_URL", DEFAULT_URL),
-        help="PostgreSQL URL (env BENCH_PG_URL; default %(default)s)",
-    )
-    p.add_argument(
-        "--redis-url",
-        default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL),
-        help="Redis URL (env BENCH_REDIS_URL; default %(default)s)",
-    )
-    p.add_argument(
-        "--dynamodb-endpoint",
-        default=os.environ.get("BENCH_DYNAMODB_ENDPOINT") or None,
-        help="DynamoDB endpoint URL (env BENCH_DYNAMODB_ENDPOINT; default: a moto\n"
-        "server started in a child process)",
-    )
+    add_service_args(p)
     p.add_argument("--no-round-trips", action="store_true", help="skip the counting pass")
     p.add_argument("--out", default=str(HERE / "results"), help="output directory")
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")

@@ -44,20 +44,12 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 BACKENDS = ("postgres", "redis", "dynamodb")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def add_service_args(p: argparse.ArgumentParser) -> None:
+    """``--url``, ``--redis-url`` and ``--dynamodb-endpoint`` (with their environment variables)."""
     p.add_argument(
         "--url",
         default=os.environ.get("BENCH_PG_URL", DEFAULT_URL),
         help="PostgreSQL URL (env BENCH_PG_URL; default %(default)s)",
-    )
-    p.add_argument("--turns", type=int, default=5, help="tool-call turns per thread (K)")
-    p.add_argument("--threads", type=int, default=60, help="graph threads per saver (T)")
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=4,
-        help="OS threads (sync savers) or asyncio tasks (async savers) (C)",
     )
     p.add_argument(
         "--redis-url",
@@ -69,6 +61,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("BENCH_DYNAMODB_ENDPOINT") or None,
         help="DynamoDB endpoint URL (env BENCH_DYNAMODB_ENDPOINT; default: a moto\n"
         "server started in a child process)",
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_service_args(p)
+    p.add_argument("--turns", type=int, default=5, help="tool-call turns per thread (K)")
+    p.add_argument("--threads", type=int, default=60, help="graph threads per saver (T)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="OS threads (sync savers) or asyncio tasks (async savers) (C)",
     )
     p.add_argument(
         "--backend",
