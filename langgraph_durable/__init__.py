@@ -20,6 +20,9 @@ _LAZY = {
     "DynamoDBSaver": "langgraph_durable.dynamodb",
     "AsyncDynamoDBSaver": "langgraph_durable.dynamodb",
     "DurableError": "langgraph_durable.errors",
+    "idempotent": "langgraph_durable.effects",
+    "current_effect": "langgraph_durable.effects",
+    "IdempotentToolNode": "langgraph_durable.effects",
 }
 
 __all__ = ["__version__", *_LAZY]

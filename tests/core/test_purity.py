@@ -47,6 +47,7 @@ def test_importing_the_package_imports_no_driver() -> None:
 
     code = (
         "import sys, langgraph_durable, langgraph_durable.errors; "
+        "from langgraph_durable import idempotent, current_effect, IdempotentToolNode; "
         "print(sorted(m for m in ('psycopg', 'redis', 'boto3') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
