@@ -23,6 +23,8 @@ _LAZY = {
     "idempotent": "langgraph_durable.effects",
     "current_effect": "langgraph_durable.effects",
     "IdempotentToolNode": "langgraph_durable.effects",
+    "Retention": "langgraph_durable.retention",
+    "PruneReport": "langgraph_durable.retention",
 }
 
 __all__ = ["__version__", *_LAZY]

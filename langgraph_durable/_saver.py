@@ -34,6 +34,15 @@ from ._core.codec import (
 )
 from ._core.effects import StoredEffect, request_identity, result_identity
 from ._core.filters import metadata_matches, normalize_filter
+from ._core.retention import (
+    PruneProgress,
+    PruneReport,
+    PruneRequest,
+    Retention,
+    RetentionPolicy,
+    check_retention,
+    resolve_retention,
+)
 from ._core.sansio import Operation, Sleep, collect_emits, select_emits
 from ._core.versions import next_version
 from .errors import ConfigurationError, DecryptionError, InvalidInputError
@@ -115,6 +124,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
     _keys: KeyManager | None = None
     encryption: Encryption | None = None
     redaction: Redaction | None = None
+    retention: Retention | RetentionPolicy | None = None
 
     def _init_base(
         self,
@@ -123,8 +133,10 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         default_tenant: str,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
+        retention: Retention | RetentionPolicy | None = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
+        self.retention = check_retention(retention)
         from .protect.encryption import Encryption
         from .protect.redaction import Redaction
 
@@ -495,6 +507,53 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             _Call(tenant, lambda: self._ops.prune(tenant, thread_ids, strategy), keyed=False)
         )
 
+    def _retention_for(self, tenant: str) -> Retention | None:
+        """The retention policy of ``tenant`` under this saver's ``retention=``."""
+        return resolve_retention(self.retention, tenant)
+
+    def _prune_expired_op(
+        self,
+        retention: Retention | None,
+        tenant_id: str | None,
+        dry_run: bool,
+        max_seconds: float | None,
+        now: float | None,
+        batch: int,
+    ) -> Operation[Any]:
+        """The pruner's operation; it emits ``PruneProgress`` items, then one ``PruneReport``."""
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigurationError(
+                f"retention must be None or a langgraph_durable.Retention, got {retention!r}"
+            )
+        if max_seconds is not None and (
+            isinstance(max_seconds, bool)
+            or not isinstance(max_seconds, (int, float))
+            or max_seconds <= 0
+        ):
+            raise InvalidInputError(
+                f"max_seconds must be None or a positive number, got {max_seconds!r}"
+            )
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise InvalidInputError(f"batch must be an integer from 1 to 10000, got {batch!r}")
+        import time as _time
+
+        request = PruneRequest(
+            retention=retention,
+            tenant=None if tenant_id is None else str(tenant_id),
+            dry_run=bool(dry_run),
+            now=_time.time() if now is None else float(now),
+            deadline=None if max_seconds is None else _time.monotonic() + float(max_seconds),
+            batch=batch,
+        )
+        policy: RetentionPolicy | None
+        if retention is not None:
+            policy = lambda _tenant: retention  # noqa: E731
+        elif self.retention is not None:
+            policy = self._retention_for
+        else:
+            policy = None
+        return self._ops.prune_expired(request, policy)  # type: ignore[no-any-return]
+
     def _reseal_copy(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """copy_thread when payloads are bound to their thread (encryption).
 
@@ -562,6 +621,24 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
             yield from self._ops.effect_restore(tenant, target, copy).steps
         return None
+
+
+def _collect_report(
+    items: Iterator[Any], progress: Callable[[PruneProgress], None] | None
+) -> PruneReport:
+    report: PruneReport | None = None
+    for item in items:
+        if isinstance(item, PruneReport):
+            report = item
+        elif progress is not None:
+            progress(item)
+    return _final(report)
+
+
+def _final(report: PruneReport | None) -> PruneReport:
+    if report is None:  # an operation that ends without its report is a bug of ours
+        raise RuntimeError("the pruner ended without a report")
+    return report
 
 
 def _safe(metadata: Any) -> dict[str, Any]:
@@ -642,6 +719,37 @@ class SyncSaverMethods(DurableSaverBase):
         tenant_id: str | None = None,
     ) -> None:
         self._run(self._prune_op(thread_ids, strategy, tenant_id))
+
+    def prune_expired(
+        self,
+        retention: Retention | None = None,
+        *,
+        tenant_id: str | None = None,
+        dry_run: bool = False,
+        max_seconds: float | None = None,
+        now: float | None = None,
+        batch: int = 500,
+        progress: Callable[[PruneProgress], None] | None = None,
+    ) -> PruneReport:
+        """Remove (or trim) the threads that retention says have expired.
+
+        Args:
+            retention: The policy to apply; default: the saver's ``retention=``,
+                else each thread's stored expiry (written under that setting).
+            tenant_id: Only this tenant (default: every tenant).
+            dry_run: Count what a run would remove; change nothing.
+            max_seconds: Stop between batches after this long (the report
+                says ``budget_exhausted``; a later run resumes).
+            now: The time (Unix seconds) that decides expiry (default: now).
+            batch: Threads per batch (one short transaction each where the
+                backend has them).
+            progress: Called after each batch.
+
+        Returns:
+            What was removed; ``locked`` when another pruner was running.
+        """
+        op = self._prune_expired_op(retention, tenant_id, dry_run, max_seconds, now, batch)
+        return _collect_report(self._iterate(op), progress)
 
 
 class AsyncSaverMethods(DurableSaverBase):
@@ -731,6 +839,27 @@ class AsyncSaverMethods(DurableSaverBase):
     ) -> None:
         await self._arun(self._prune_op(thread_ids, strategy, tenant_id))
 
+    async def aprune_expired(
+        self,
+        retention: Retention | None = None,
+        *,
+        tenant_id: str | None = None,
+        dry_run: bool = False,
+        max_seconds: float | None = None,
+        now: float | None = None,
+        batch: int = 500,
+        progress: Callable[[PruneProgress], None] | None = None,
+    ) -> PruneReport:
+        """Async :meth:`SyncSaverMethods.prune_expired` (same arguments and result)."""
+        op = self._prune_expired_op(retention, tenant_id, dry_run, max_seconds, now, batch)
+        report: PruneReport | None = None
+        async for item in self._aiterate(op):
+            if isinstance(item, PruneReport):
+                report = item
+            elif progress is not None:
+                progress(item)
+        return _final(report)
+
     # ---- sync access from other threads --------------------------------------
 
     def _call_on_loop(self, coro: Any) -> Any:
@@ -808,3 +937,26 @@ class AsyncSaverMethods(DurableSaverBase):
         tenant_id: str | None = None,
     ) -> None:
         self._call_on_loop(self.aprune(thread_ids, strategy=strategy, tenant_id=tenant_id))
+
+    def prune_expired(
+        self,
+        retention: Retention | None = None,
+        *,
+        tenant_id: str | None = None,
+        dry_run: bool = False,
+        max_seconds: float | None = None,
+        now: float | None = None,
+        batch: int = 500,
+        progress: Callable[[PruneProgress], None] | None = None,
+    ) -> PruneReport:
+        return self._call_on_loop(  # type: ignore[no-any-return]
+            self.aprune_expired(
+                retention,
+                tenant_id=tenant_id,
+                dry_run=dry_run,
+                max_seconds=max_seconds,
+                now=now,
+                batch=batch,
+                progress=progress,
+            )
+        )
