@@ -145,8 +145,8 @@ class Retention:
             )
         if strategy == DELETE and self.idle is None and self.absolute is None:
             raise ConfigurationError(
-                "Retention(strategy='delete') needs idle or absolute (e.g. idle=timedelta(days=30)):"
-                " without either it would delete every thread"
+                "Retention(strategy='delete') needs idle or absolute (e.g. "
+                "idle=timedelta(days=30)): without either it would delete every thread"
             )
 
     @property
@@ -317,13 +317,13 @@ def keep_set(nodes: Iterable[CheckpointNode], keep: int) -> set[tuple[str, str]]
             if (ns, cid) in kept:
                 continue
             kept.add((ns, cid))
-            node = members.get(cid)
-            if node is None or node.parent_id is None or node.parent_id not in members:
+            member = members.get(cid)
+            if member is None or member.parent_id is None or member.parent_id not in members:
                 continue
-            if node.delta:
-                todo.append(node.parent_id)
-            elif node.version < 4 and node.parent_sends:
-                kept.add((ns, node.parent_id))
+            if member.delta:
+                todo.append(member.parent_id)
+            elif member.version < 4 and member.parent_sends:
+                kept.add((ns, member.parent_id))
     return kept
 
 

@@ -68,10 +68,15 @@ class Operation(Generic[R]):
         steps: The operation's generator.
         transaction: Run every request on one connection inside one
             transaction (otherwise each request runs on its own, in autocommit).
+        session: Run every request on one connection, each in autocommit
+            (session state such as a PostgreSQL advisory lock lasts for the
+            whole operation and ends with it); backends without sessions
+            ignore it.
     """
 
     steps: Generator[Any, Any, R]
     transaction: bool = False
+    session: bool = False
 
 
 @overload
@@ -80,16 +85,21 @@ def operation(func: Callable[P, Generator[Any, Any, R]], /) -> Callable[P, Opera
 
 @overload
 def operation(
-    *, transaction: bool = False
+    *, transaction: bool = False, session: bool = False
 ) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, Operation[R]]]: ...
 
 
 def operation(
-    func: Callable[P, Generator[Any, Any, R]] | None = None, /, *, transaction: bool = False
+    func: Callable[P, Generator[Any, Any, R]] | None = None,
+    /,
+    *,
+    transaction: bool = False,
+    session: bool = False,
 ) -> Any:
     """Turn a generator method into one returning its :class:`Operation`.
 
-    Use as ``@operation`` or ``@operation(transaction=True)``. Calling the
+    Use as ``@operation``, ``@operation(transaction=True)`` or
+    ``@operation(session=True)``. Calling the
     decorated method only builds the generator: its body (argument checks
     included) runs when the driver first advances it.
     """
@@ -97,7 +107,7 @@ def operation(
     def decorate(gen: Callable[P, Generator[Any, Any, R]]) -> Callable[P, Operation[R]]:
         @functools.wraps(gen)
         def build(*args: P.args, **kwargs: P.kwargs) -> Operation[R]:
-            return Operation(gen(*args, **kwargs), transaction)
+            return Operation(gen(*args, **kwargs), transaction, session)
 
         return build
 

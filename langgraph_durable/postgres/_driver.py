@@ -216,10 +216,32 @@ class Transaction:
 
 
 def iterate(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
-    """Run a streaming operation, each page on a connection of its own."""
+    """Run a streaming operation, each page on a connection of its own.
+
+    A session operation runs every statement on one connection (in
+    autocommit); its session-level advisory locks are released at the end.
+    """
     if op.transaction:
         raise TypeError("a transactional operation cannot stream")
+    if op.session:
+        return _session(connector, op)
     return _drive.iterate(op, connector.run_one, translate)
+
+
+_END_SESSION = Query("SELECT pg_advisory_unlock_all()", (), "one", False)
+
+
+def _session(connector: SyncConnector, op: Operation[Any]) -> Iterator[Any]:
+    try:
+        with connector.connection() as conn:
+            try:
+                yield from _drive.iterate(op, lambda q: connector.execute(conn, q), translate)
+            finally:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    conn.rollback()
+                connector.execute(conn, _END_SESSION)
+    except (psycopg.Error, PoolTimeout) as exc:
+        raise translate(exc) from exc
 
 
 class AsyncConnector:
@@ -351,7 +373,25 @@ class AsyncTransaction:
 
 
 def aiterate(connector: AsyncConnector, op: Operation[Any]) -> AsyncIterator[Any]:
-    """Run a streaming operation, each page on a connection of its own."""
+    """Run a streaming operation, each page on a connection of its own (see :func:`iterate`)."""
     if op.transaction:
         raise TypeError("a transactional operation cannot stream")
+    if op.session:
+        return _asession(connector, op)
     return _drive.aiterate(op, connector.run_one, translate)
+
+
+async def _asession(connector: AsyncConnector, op: Operation[Any]) -> AsyncIterator[Any]:
+    try:
+        async with connector.connection() as conn:
+            try:
+                async for item in _drive.aiterate(
+                    op, lambda q: connector.execute(conn, q), translate
+                ):
+                    yield item
+            finally:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    await conn.rollback()
+                await connector.execute(conn, _END_SESSION)
+    except (psycopg.Error, PoolTimeout) as exc:
+        raise translate(exc) from exc

@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 import json
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -42,6 +42,7 @@ from .._core.codec import (
 from .._core.effects import DONE, StoredEffect
 from .._core.epochs import EpochCache
 from .._core.records import Sealed, StoredDataKey
+from .._core.retention import DELETE, PruneReport, PruneRequest, Retention
 from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
@@ -49,8 +50,8 @@ from ..errors import (
     MissingPartitionError,
     SchemaError,
     StorageError,
-    UnsupportedOperationError,
 )
+from ._prune import prune_expired, trim_batch
 
 __all__ = ["Query", "PostgresOps", "MIGRATIONS", "validate_schema_name"]
 
@@ -262,9 +263,15 @@ class PostgresOps:
         codec: The checkpoint codec (owns the record pipeline).
     """
 
-    def __init__(self, schema: str, codec: CheckpointCodec) -> None:
+    def __init__(
+        self,
+        schema: str,
+        codec: CheckpointCodec,
+        retention: Callable[[str], Retention | None] | None = None,
+    ) -> None:
         self.schema = validate_schema_name(schema)
         self.codec = codec
+        self.retention = retention
         self.epochs = EpochCache()
         s = f'"{self.schema}"'
         self._s = s
@@ -277,15 +284,22 @@ class PostgresOps:
         # The thread's registry row: read it, create it on the first write, and
         # refresh updated_at at most every TOUCH_INTERVAL so a busy thread does
         # not rewrite its registry row on every step.
+        # expires_at (retention, strategy delete): the earlier of last write +
+        # idle and creation + absolute; NULL when the tenant's policy sets neither.
+        idle = "make_interval(secs => %(idle_s)s::double precision)"
+        absolute = "make_interval(secs => %(abs_s)s::double precision)"
         thread_cte = (
             f"cur AS (SELECT epoch, updated_at FROM {s}.threads "
             "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s), "
-            f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch) "
-            f"SELECT %(tenant)s, %(thread)s, {s}.current_epoch() "
+            f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch, expires_at) "
+            f"SELECT %(tenant)s, %(thread)s, {s}.current_epoch(), "
+            f"least(now() + {idle}, now() + {absolute}) "
             "WHERE NOT EXISTS (SELECT 1 FROM cur) "
-            "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now() "
+            "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now(), "
+            f"expires_at = least(now() + {idle}, t.created_at + {absolute}) "
             "RETURNING t.epoch), "
-            f"touch AS (UPDATE {s}.threads SET updated_at = now() "
+            f"touch AS (UPDATE {s}.threads SET updated_at = now(), "
+            f"expires_at = least(now() + {idle}, created_at + {absolute}) "
             "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s AND EXISTS ("
             f"SELECT 1 FROM cur WHERE cur.updated_at < now() - interval '{TOUCH_INTERVAL}')), "
             "t AS (SELECT epoch FROM cur UNION ALL SELECT epoch FROM ins LIMIT 1)"
@@ -437,6 +451,17 @@ class PostgresOps:
             "created = EXCLUDED.created, completed = EXCLUDED.completed"
         )
 
+    def _expiry(self, tenant: str) -> dict[str, float | None]:
+        """The write parameters that set a thread's ``expires_at`` under its tenant's policy.
+
+        Only ``delete`` policies expire threads by themselves; ``keep_latest``
+        trims them when the pruner runs (see ``prune_expired``).
+        """
+        policy = self.retention(tenant) if self.retention is not None else None
+        if policy is None or policy.strategy != DELETE:
+            return {"idle_s": None, "abs_s": None}
+        return {"idle_s": policy.idle_seconds, "abs_s": policy.absolute_seconds}
+
     def _leaf(self, table: str, epoch: int) -> str:
         """The partition of ``table`` that holds ``epoch`` (see ``ensure_partitions``)."""
         return f'{self._s}."{table}_e{int(epoch)}"'
@@ -491,8 +516,14 @@ class PostgresOps:
     # ---- setup ---------------------------------------------------------------
 
     @operation(transaction=True)
-    def setup(self, partition_days: int) -> Generator[Any, Any, list[int]]:
-        """Create or migrate the schema; returns the migration versions applied."""
+    def setup(
+        self, partition_days: int, retention: str | None = None
+    ) -> Generator[Any, Any, list[int]]:
+        """Create or migrate the schema; returns the migration versions applied.
+
+        ``retention`` (a ``Retention.to_json()``) is stored as the schema's
+        policy, which ``langgraph-durable prune`` applies when given no flags.
+        """
         s = self._s
         yield Query("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,), "one", False)
         yield Query(f"CREATE SCHEMA IF NOT EXISTS {s}", (), "none", False)
@@ -532,6 +563,8 @@ class PostgresOps:
             "none",
             False,
         )
+        if retention is not None:
+            yield from self._store_retention(retention)
         yield Query(
             f"SELECT {s}.ensure_partitions({s}.current_epoch()), "
             f"{s}.ensure_partitions({s}.current_epoch() + 1)",
@@ -577,6 +610,7 @@ class PostgresOps:
             "b_versions": text_array(b.version for b in rec.blobs),
             "b_types": text_array(b.sealed.type if b.sealed else "empty" for b in rec.blobs),
             "b_blobs": [b.sealed.data if b.sealed else None for b in rec.blobs],
+            **self._expiry(rec.tenant),
         }
         row = yield from self._with_partition(Query(self.PUT_SQL, params, "one"))
         self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
@@ -606,6 +640,7 @@ class PostgresOps:
             "channels": text_array(r.channel for r in records),
             "types": text_array(r.sealed.type for r in records),
             "blobs": [r.sealed.data for r in records],
+            **self._expiry(key.tenant),
         }
         sql = self.UPSERT_WRITES_SQL if replace else self.INSERT_WRITES_SQL
         row = yield from self._with_partition(Query(sql, params, "one"))
@@ -851,55 +886,42 @@ class PostgresOps:
                 p,
                 "one",
             )
-            if row is None:
-                continue
-            p["epoch"] = row[0]
-            mine = "tenant_id = %(tenant)s AND thread_id = %(thread)s AND epoch = %(epoch)s"
-            delta = yield Query(
-                f"SELECT EXISTS (SELECT 1 FROM {s}.checkpoints WHERE {mine} "
-                "AND metadata_index ? 'counters_since_delta_snapshot')",
-                p,
-                "one",
-            )
-            if delta[0]:
-                raise UnsupportedOperationError(
-                    f"keep_latest cannot prune thread {thread_id!r}: it uses a DeltaChannel, "
-                    "whose value is rebuilt from the checkpoints keep_latest would delete"
+            if row is not None:
+                # Keep each namespace's latest checkpoint and what it needs:
+                # DeltaChannel ancestors, and before format 4 the parent's sends.
+                yield from trim_batch(
+                    self, False, lambda _t: 1, [(tenant, thread_id, int(row[0]))], PruneReport()
                 )
-            # Keep each namespace's latest checkpoint, and for formats before 4
-            # its parent when that one's writes hold pending sends.
-            yield Query(
-                f"WITH heads AS (SELECT DISTINCT ON (checkpoint_ns) checkpoint_ns, checkpoint_id, "
-                f"parent_checkpoint_id, v FROM {s}.checkpoints WHERE {mine} "
-                "ORDER BY checkpoint_ns, checkpoint_id DESC), "
-                "keep AS (SELECT checkpoint_ns, checkpoint_id FROM heads UNION "
-                "SELECT h.checkpoint_ns, h.parent_checkpoint_id FROM heads h "
-                "WHERE h.v < 4 AND h.parent_checkpoint_id IS NOT NULL AND EXISTS ("
-                f"SELECT 1 FROM {s}.writes w WHERE w.tenant_id = %(tenant)s "
-                "AND w.thread_id = %(thread)s AND w.epoch = %(epoch)s "
-                "AND w.checkpoint_ns = h.checkpoint_ns "
-                f"AND w.checkpoint_id = h.parent_checkpoint_id AND w.channel = '{TASKS}')), "
-                f"gone AS (DELETE FROM {s}.checkpoints c WHERE {mine} AND NOT EXISTS ("
-                "SELECT 1 FROM keep k WHERE k.checkpoint_ns = c.checkpoint_ns "
-                "AND k.checkpoint_id = c.checkpoint_id) RETURNING checkpoint_ns, checkpoint_id) "
-                f"DELETE FROM {s}.writes w USING gone g WHERE w.tenant_id = %(tenant)s "
-                "AND w.thread_id = %(thread)s AND w.epoch = %(epoch)s "
-                "AND w.checkpoint_ns = g.checkpoint_ns AND w.checkpoint_id = g.checkpoint_id",
-                p,
-            )
-            # Blobs are shared by version: drop only those no kept checkpoint references.
-            yield Query(
-                f"DELETE FROM {s}.blobs b WHERE b.tenant_id = %(tenant)s "
-                "AND b.thread_id = %(thread)s AND b.epoch = %(epoch)s AND NOT EXISTS ("
-                f"SELECT 1 FROM {s}.checkpoints c "
-                "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) "
-                "AS r(channel, version) "
-                "WHERE c.tenant_id = %(tenant)s AND c.thread_id = %(thread)s "
-                "AND c.epoch = %(epoch)s AND c.checkpoint_ns = b.checkpoint_ns "
-                "AND r.channel = b.channel AND r.version = b.version)",
-                p,
-            )
         return None
+
+    @operation(session=True)
+    def prune_expired(
+        self, request: PruneRequest, policy: Callable[[str], Retention | None] | None
+    ) -> Generator[Any, Any, None]:
+        """The pruner (``_prune``): emits ``PruneProgress`` items, then one ``PruneReport``."""
+        return (yield from prune_expired(self, request, policy))
+
+    def _store_retention(self, text: str) -> Generator[Any, Any, None]:
+        yield Query(
+            f"INSERT INTO {self._s}.settings (key, value) VALUES ('retention', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (text,),
+            "none",
+            False,
+        )
+
+    @operation
+    def retention_set(self, text: str) -> Generator[Any, Any, None]:
+        """Store the schema's retention policy (``Retention.to_json()``)."""
+        yield from self._store_retention(text)
+
+    @operation
+    def retention_get(self) -> Generator[Any, Any, str | None]:
+        """The schema's stored retention policy, or None."""
+        row = yield Query(
+            f"SELECT value FROM {self._s}.settings WHERE key = 'retention'", (), "one", False
+        )
+        return None if row is None else str(row[0])
 
     # ---- effect journal --------------------------------------------------------
 

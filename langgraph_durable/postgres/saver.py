@@ -20,6 +20,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
+from .._core.retention import Retention, RetentionPolicy
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
@@ -120,15 +121,16 @@ class _PostgresSaverBase(DurableSaverBase):
         pool_timeout: float = 30.0,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
+        retention: Retention | RetentionPolicy | None = None,
     ) -> None:
         self.options = _options(
             schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
         )
-        self._init_base(serde, tenant, default_tenant, encryption, redaction)
+        self._init_base(serde, tenant, default_tenant, encryption, redaction, retention)
         self._conn = self._connector(conn, self.options)
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
-        return PostgresOps(self.options.schema, codec)
+        return PostgresOps(self.options.schema, codec, self._retention_for)
 
     @property
     def schema(self) -> str:
@@ -136,7 +138,8 @@ class _PostgresSaverBase(DurableSaverBase):
         return self.options.schema
 
     def _setup_op(self) -> Operation[list[int]]:
-        return self._ops.setup(self.options.partition_days)
+        stored = self.retention.to_json() if isinstance(self.retention, Retention) else None
+        return self._ops.setup(self.options.partition_days, stored)
 
 
 class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
@@ -162,6 +165,11 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
         redaction: PII redaction before anything is stored
             (:class:`~langgraph_durable.protect.Redaction`); None stores values
             as they are.
+        retention: A :class:`~langgraph_durable.Retention` (or a callable
+            tenant -> Retention) that ``prune_expired`` and the ``prune``
+            command apply; with ``strategy="delete"`` each write also stores
+            the thread's expiry. ``setup()`` stores a plain ``Retention`` as
+            the schema's policy (``docs/operations.md``).
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:

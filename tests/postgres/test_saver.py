@@ -14,7 +14,6 @@ from langgraph_durable.errors import (
     InvalidInputError,
     SchemaError,
     StorageUnavailableError,
-    UnsupportedOperationError,
 )
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
 from langgraph_durable.postgres._sql import MIGRATIONS
@@ -130,12 +129,16 @@ def test_unchanged_blob_survives_keep_latest(saver: PostgresSaver) -> None:
     assert only.checkpoint["channel_values"] == {"big": ["kept"] * 10, "counter": [3]}
 
 
-def test_prune_refuses_delta_channel_threads(saver: PostgresSaver) -> None:
-    cp = make_cp()
-    saver.put(cfg("d"), cp, {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
-    with pytest.raises(UnsupportedOperationError, match="DeltaChannel"):
-        saver.prune(["d"])
-    assert saver.get_tuple(cfg("d")) is not None
+def test_prune_keeps_the_ancestors_a_delta_channel_needs(saver: PostgresSaver) -> None:
+    first = saver.put(cfg("d"), make_cp(), {}, {})
+    second = saver.put(first, make_cp(), {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
+    saver.put(second, make_cp(), {"counters_since_delta_snapshot": {"m": [2, 2]}}, {})
+    saver.prune(["d"])
+    assert len(list(saver.list(cfg("d")))) == 3  # the chain back to a snapshot
+    saver.put(cfg("e"), make_cp(), {}, {})
+    saver.put(cfg("e"), make_cp(), {}, {})
+    saver.prune(["e"])
+    assert len(list(saver.list(cfg("e")))) == 1
     with pytest.raises(InvalidInputError, match="strategy"):
         saver.prune(["d"], strategy="everything")
 

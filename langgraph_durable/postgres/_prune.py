@@ -1,0 +1,534 @@
+"""The PostgreSQL pruner: retention carried out as SQL (pure, no psycopg import).
+
+``prune_expired`` is one session operation (every statement on one
+connection, in autocommit) under a session advisory lock, so two pruners never
+run at once and a killed pruner's lock ends with its connection. It works in
+two phases:
+
+1. **Partitions.** An epoch older than the current one whose threads have all
+   expired (under a ``delete`` policy) loses its threads' registry rows and
+   journal entries in one short transaction (the threads are gone from that
+   commit on: every read finds a thread's epoch through its registry row),
+   then its three partitions are detached concurrently (writers are never
+   blocked) and dropped. A run killed after the commit leaves partitions
+   no registry row names; the next run drops them.
+2. **Rows.** Expired threads elsewhere (a live thread keeps an old partition
+   alive) go in batches of ``request.batch`` threads: one statement per batch
+   deletes each thread's registry row, checkpoints, blobs, writes and journal
+   entries together, re-checking expiry on the locked registry row, so a
+   thread is gone or whole and writers wait for at most one batch.
+   ``keep_latest`` trims instead: the pure core picks what stays
+   (``keep_set``), one statement deletes the rest of the batch's
+   checkpoints with their writes, a second the blobs nothing kept references.
+
+Expiry is decided in SQL by one predicate on a registry row ``th``: with a
+policy, ``updated_at``/``created_at`` against the tenant's ``idle`` and
+``absolute`` (tenants' policies passed as arrays); without, the stored
+``expires_at`` that the saver wrote under its ``retention=``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from langgraph.checkpoint.serde.types import TASKS
+
+from .._core.retention import (
+    DELETE,
+    KEEP_LATEST,
+    CheckpointNode,
+    PruneProgress,
+    PruneReport,
+    PruneRequest,
+    Retention,
+    keep_set,
+)
+from .._core.sansio import Emit
+
+if TYPE_CHECKING:
+    from ._sql import PostgresOps
+
+__all__ = ["prune_expired", "trim_batch"]
+
+_TABLES = ("checkpoints", "blobs", "writes")
+_LEAF = re.compile(r"^(checkpoints|blobs|writes)_e(-?\d+)$")
+
+Policy = Callable[[str], "Retention | None"]
+
+
+class _Plan:
+    """The expiry predicate and its parameters for one run (see the module docstring)."""
+
+    def keep_of(self, tenant: str) -> int:
+        """How many checkpoints per namespace ``keep_latest`` keeps for ``tenant``."""
+        return self.keep.get(tenant, 1)
+
+    def __init__(
+        self, ops: PostgresOps, request: PruneRequest, policy: Policy | None, tenants: list[str]
+    ) -> None:
+        self.params: dict[str, Any] = {"now": request.now, "dropped": []}
+        #: Epochs whose partitions phase 1 dropped (or, in a dry run, would drop).
+        self.dropped: set[int] = set()
+        self.strategies: set[str] = set()
+        tenant_filter = ""
+        if request.tenant is not None:
+            self.params["only_tenant"] = request.tenant
+            tenant_filter = " AND th.tenant_id = %(only_tenant)s"
+        if policy is None:
+            self.strategies.add(DELETE)
+            self.by_strategy = {
+                DELETE: "th.expires_at <= to_timestamp(%(now)s)" + tenant_filter,
+            }
+            self.keep: dict[str, int] = {}
+            return
+        names: list[str] = []
+        idles: list[float | None] = []
+        absolutes: list[float | None] = []
+        strategies: list[str] = []
+        self.keep = {}
+        for tenant in tenants:
+            p = policy(tenant)
+            if p is None:
+                continue
+            names.append(tenant)
+            idles.append(p.idle_seconds)
+            absolutes.append(p.absolute_seconds)
+            strategies.append(p.strategy)
+            self.keep[tenant] = p.keep
+            self.strategies.add(p.strategy)
+        self.params.update(p_tenants=names, p_idle=idles, p_abs=absolutes, p_strategy=strategies)
+        self.by_strategy = {}
+        for strategy in (DELETE, KEEP_LATEST):
+            self.params[f"s_{strategy}"] = strategy
+            self.by_strategy[strategy] = (
+                "EXISTS (SELECT 1 FROM unnest(%(p_tenants)s::text[], "
+                "%(p_idle)s::double precision[], %(p_abs)s::double precision[], "
+                "%(p_strategy)s::text[]) AS p(tenant, idle, abs, strategy) "
+                f"WHERE p.tenant = th.tenant_id AND p.strategy = %(s_{strategy})s AND ("
+                "(p.idle IS NULL AND p.abs IS NULL) "
+                "OR th.updated_at <= to_timestamp(%(now)s) - make_interval(secs => p.idle) "
+                "OR th.created_at <= to_timestamp(%(now)s) - make_interval(secs => p.abs)))"
+                + tenant_filter
+            )
+
+
+def prune_expired(
+    ops: PostgresOps, request: PruneRequest, policy: Policy | None
+) -> Generator[Any, Any, None]:
+    """The pruner (see the module docstring); emits progress, then one ``PruneReport``."""
+    s = ops._s
+    report = PruneReport(dry_run=request.dry_run)
+    started = request.monotonic()
+    row = yield _q("SELECT pg_try_advisory_lock(hashtext(%s))", (ops._lock_key + ":prune",))
+    if not row[0]:
+        report.locked = True
+        report.seconds = request.monotonic() - started
+        yield Emit(report)
+        return None
+    if request.tenant is not None:
+        tenants = [request.tenant]
+    else:
+        rows = yield _q(f"SELECT DISTINCT tenant_id FROM {s}.threads", (), "all")
+        tenants = [r[0] for r in rows]
+    plan = _Plan(ops, request, policy, tenants)
+    total = 0
+    for strategy in plan.strategies:
+        row = yield _q(
+            f"SELECT count(*) FROM {s}.threads th WHERE {plan.by_strategy[strategy]}",
+            plan.params,
+        )
+        total += int(row[0])
+    progress = _Progress(report, total)
+    # Phase 1 also drops old partitions no thread uses any more (emptied by
+    # deletes, or left by a pruner killed between its commit and its drops).
+    finished = yield from _drop_partitions(ops, request, plan, report, progress)
+    plan.params["dropped"] = sorted(plan.dropped)
+    if not finished:
+        yield from _finish(request, report, started, budget=True)
+        return None
+    for strategy in sorted(plan.strategies):
+        finished = yield from _prune_rows(ops, request, plan, strategy, report, progress)
+        if not finished:
+            yield from _finish(request, report, started, budget=True)
+            return None
+    yield from _finish(request, report, started, budget=False)
+    return None
+
+
+def _finish(
+    request: PruneRequest, report: PruneReport, started: float, budget: bool
+) -> Generator[Any, Any, None]:
+    report.budget_exhausted = budget
+    report.seconds = request.monotonic() - started
+    yield Emit(report)
+
+
+class _Progress:
+    def __init__(self, report: PruneReport, total: int) -> None:
+        self.report = report
+        self.total = total
+        self.done = 0
+
+    def step(self, threads: int) -> Emit:
+        self.done += threads
+        r = self.report
+        return Emit(PruneProgress(self.done, self.total, r.threads + r.trimmed, r.checkpoints))
+
+
+def _q(sql: str, params: Any = (), fetch: str = "one") -> Any:
+    from ._sql import Query
+
+    return Query(sql, params, fetch, False)
+
+
+# ---- phase 1: whole partitions ------------------------------------------------------
+
+
+def _drop_partitions(
+    ops: PostgresOps,
+    request: PruneRequest,
+    plan: _Plan,
+    report: PruneReport,
+    progress: _Progress,
+) -> Generator[Any, Any, bool]:
+    """Drop every old epoch whose threads have all expired; False when out of time."""
+    s = ops._s
+    schema = ops.schema
+    rows = yield _q(
+        "SELECT c.relname, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN pg_inherits i ON i.inhrelid = c.oid "
+        "WHERE n.nspname = %s AND c.relkind = 'r'",
+        (schema,),
+        "all",
+    )
+    row = yield _q(f"SELECT {s}.current_epoch()")
+    current = int(row[0])
+    leaves: dict[int, list[tuple[str, bool, bool]]] = {}
+    for name, attached, pending in rows:
+        m = _LEAF.match(name)
+        if m is not None:
+            leaves.setdefault(int(m.group(2)), []).append((name, attached, pending))
+    expired = plan.by_strategy.get(DELETE, "false")
+    for epoch in sorted(leaves):
+        if epoch >= current:
+            continue
+        if request.out_of_time():
+            return False
+        row = yield _q(
+            f"SELECT count(*), count(*) FILTER (WHERE NOT ({expired})) "
+            f"FROM {s}.threads th WHERE th.epoch = %(epoch)s",
+            {**plan.params, "epoch": epoch},
+        )
+        count, live = int(row[0]), int(row[1])
+        if live:
+            continue  # the row phase removes this epoch's expired threads
+        names = [n for n, _a, _p in leaves[epoch]]
+        sizes = yield _q(
+            "SELECT coalesce(sum(pg_total_relation_size("
+            "format('%%I.%%I', %s::text, t)::regclass)), 0) FROM unnest(%s::text[]) AS t",
+            (schema, names),
+        )
+        checkpoints = 0
+        if f"checkpoints_e{epoch}" in names:
+            counted = yield _q(f'SELECT count(*) FROM {s}."checkpoints_e{epoch}"')
+            checkpoints = int(counted[0])
+        if request.dry_run:
+            if count:
+                ids = yield _q(
+                    f"SELECT tenant_id, thread_id FROM {s}.threads WHERE epoch = %s LIMIT 10000",
+                    (epoch,),
+                    "all",
+                )
+                for tenant, thread in ids:
+                    report.record(tenant, thread)
+            _count(report, count, checkpoints, int(sizes[0]), len(names))
+            plan.dropped.add(epoch)
+            yield progress.step(count)
+            continue
+        gone = yield from _forget_epoch(ops, plan, epoch)
+        if gone is None:
+            continue  # a thread of the epoch was written meanwhile
+        for name, attached, pending in sorted(leaves[epoch]):
+            if attached:
+                parent = name.rsplit("_e", 1)[0]
+                how = "FINALIZE" if pending else "CONCURRENTLY"
+                yield _q(
+                    f'ALTER TABLE {s}."{parent}" DETACH PARTITION {s}."{name}" {how}', (), "none"
+                )
+            yield _q(f'DROP TABLE IF EXISTS {s}."{name}"', (), "none")
+        plan.dropped.add(epoch)
+        for tenant, thread in gone:
+            ops.epochs.forget(tenant, thread)
+        _count(report, len(gone), checkpoints, int(sizes[0]), len(names))
+        yield progress.step(len(gone))
+    return True
+
+
+def _count(report: PruneReport, threads: int, checkpoints: int, size: int, tables: int) -> None:
+    report.threads += threads
+    report.checkpoints += checkpoints
+    report.bytes += size
+    report.partitions += tables
+    report.threads_seen += threads
+
+
+def _forget_epoch(
+    ops: PostgresOps, plan: _Plan, epoch: int
+) -> Generator[Any, Any, list[tuple[str, str]] | None]:
+    """Delete an epoch's registry rows and journal entries if all its threads expired.
+
+    One transaction: the rows are locked first, so a thread written meanwhile
+    is seen (and the epoch kept). Returns the threads deleted, or None.
+    """
+    s = ops._s
+    params = {**plan.params, "epoch": epoch}
+    yield _q("BEGIN", (), "none")
+    try:
+        row = yield _q(
+            f"WITH locked AS (SELECT * FROM {s}.threads th WHERE th.epoch = %(epoch)s "
+            "FOR UPDATE) "
+            "SELECT count(*) FILTER (WHERE NOT ("
+            + plan.by_strategy.get(DELETE, "false")
+            + ")) FROM locked th",
+            params,
+        )
+        if int(row[0]):
+            yield _q("ROLLBACK", (), "none")
+            return None
+        gone = yield _q(
+            f"WITH t AS (DELETE FROM {s}.threads WHERE epoch = %(epoch)s "
+            "RETURNING tenant_id, thread_id), "
+            f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
+            "AND e.thread_id = t.thread_id) SELECT tenant_id, thread_id FROM t",
+            params,
+            "all",
+        )
+        yield _q("COMMIT", (), "none")
+    except Exception:
+        yield _q("ROLLBACK", (), "none")
+        raise
+    return [(t, th) for t, th in gone]
+
+
+# ---- phase 2: rows, in batches ------------------------------------------------------
+
+
+def _prune_rows(
+    ops: PostgresOps,
+    request: PruneRequest,
+    plan: _Plan,
+    strategy: str,
+    report: PruneReport,
+    progress: _Progress,
+) -> Generator[Any, Any, bool]:
+    """Delete or trim the expired threads left, a batch at a time; False when out of time."""
+    s = ops._s
+    expired = plan.by_strategy[strategy]
+    after: tuple[str, str] = ("", "")
+    first = True
+    while True:
+        if request.out_of_time():
+            return False
+        rows = yield _q(
+            f"SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th WHERE {expired} "
+            "AND th.epoch <> ALL(%(dropped)s::integer[]) "
+            + ("" if first else "AND (th.tenant_id, th.thread_id) > (%(a_t)s, %(a_th)s) ")
+            + "ORDER BY th.tenant_id, th.thread_id LIMIT %(batch)s",
+            {**plan.params, "a_t": after[0], "a_th": after[1], "batch": request.batch},
+            "all",
+        )
+        if not rows:
+            return True
+        first = False
+        after = (rows[-1][0], rows[-1][1])
+        batch = [(str(t), str(th), int(e)) for t, th, e in rows]
+        report.threads_seen += len(batch)
+        if strategy == DELETE:
+            yield from _delete_batch(ops, request, plan, batch, report)
+        else:
+            yield from trim_batch(ops, request.dry_run, plan.keep_of, batch, report)
+        yield progress.step(len(batch))
+        if len(rows) < request.batch:
+            return True
+
+
+def _arrays(batch: list[tuple[str, str, int]]) -> dict[str, Any]:
+    return {
+        "d_tenants": [t for t, _th, _e in batch],
+        "d_threads": [th for _t, th, _e in batch],
+        "d_epochs": [e for _t, _th, e in batch],
+    }
+
+
+_BATCH = (
+    "unnest(%(d_tenants)s::text[], %(d_threads)s::text[], %(d_epochs)s::integer[]) "
+    "AS d(tenant_id, thread_id, epoch)"
+)
+
+
+def _delete_batch(
+    ops: PostgresOps,
+    request: PruneRequest,
+    plan: _Plan,
+    batch: list[tuple[str, str, int]],
+    report: PruneReport,
+) -> Generator[Any, Any, None]:
+    """Delete a batch of expired threads whole, in one statement."""
+    s = ops._s
+    params = {**plan.params, **_arrays(batch)}
+    mine = "{a}.tenant_id = t.tenant_id AND {a}.thread_id = t.thread_id AND {a}.epoch = t.epoch"
+    if request.dry_run:
+        t_cte = (
+            f"t AS (SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th "
+            f"JOIN {_BATCH} ON th.tenant_id = d.tenant_id AND th.thread_id = d.thread_id "
+            f"WHERE {plan.by_strategy[DELETE]})"
+        )
+        row = yield _q(
+            f"WITH {t_cte} SELECT (SELECT count(*) FROM t), "
+            f"(SELECT count(*) FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}), "
+            "(SELECT coalesce(sum(octet_length(c.checkpoint) + octet_length(c.metadata)), 0) "
+            f"FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}) + "
+            "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) "
+            f"FROM {s}.blobs b JOIN t ON {mine.format(a='b')}) + "
+            "(SELECT coalesce(sum(octet_length(w.blob)), 0) "
+            f"FROM {s}.writes w JOIN t ON {mine.format(a='w')}), "
+            "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t)",
+            params,
+        )
+        for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
+            report.record(tenant, thread)
+    else:
+        row = yield _q(
+            f"WITH t AS (DELETE FROM {s}.threads th USING {_BATCH} "
+            "WHERE th.tenant_id = d.tenant_id AND th.thread_id = d.thread_id "
+            f"AND {plan.by_strategy[DELETE]} RETURNING th.tenant_id, th.thread_id, th.epoch), "
+            f"c AS (DELETE FROM {s}.checkpoints c USING t WHERE {mine.format(a='c')} "
+            "RETURNING octet_length(c.checkpoint) + octet_length(c.metadata) AS n), "
+            f"b AS (DELETE FROM {s}.blobs b USING t WHERE {mine.format(a='b')} "
+            "RETURNING coalesce(octet_length(b.blob), 0) AS n), "
+            f"w AS (DELETE FROM {s}.writes w USING t WHERE {mine.format(a='w')} "
+            "RETURNING octet_length(w.blob) AS n), "
+            f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
+            "AND e.thread_id = t.thread_id) "
+            "SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM c), "
+            "(SELECT coalesce(sum(n), 0) FROM c) + (SELECT coalesce(sum(n), 0) FROM b) "
+            "+ (SELECT coalesce(sum(n), 0) FROM w), "
+            "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t)",
+            params,
+        )
+        for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
+            ops.epochs.forget(tenant, thread)
+    report.threads += int(row[0])
+    report.checkpoints += int(row[1])
+    report.bytes += int(row[2])
+
+
+def trim_batch(
+    ops: PostgresOps,
+    dry_run: bool,
+    keep: Callable[[str], int],
+    batch: list[tuple[str, str, int]],
+    report: PruneReport,
+) -> Generator[Any, Any, None]:
+    """Trim threads (tenant, thread, epoch) to what ``keep_latest`` keeps (``keep_set``).
+
+    Also the upstream-style ``prune(thread_ids, "keep_latest")`` (keep 1).
+    """
+    s = ops._s
+    params = _arrays(batch)
+    rows = yield _q(
+        "SELECT c.tenant_id, c.thread_id, c.epoch, c.checkpoint_ns, c.checkpoint_id, "
+        "c.parent_checkpoint_id, c.v, c.metadata_index ? 'counters_since_delta_snapshot', "
+        f"EXISTS (SELECT 1 FROM {s}.writes w WHERE w.tenant_id = c.tenant_id "
+        "AND w.thread_id = c.thread_id AND w.epoch = c.epoch "
+        "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.parent_checkpoint_id "
+        f"AND w.channel = '{TASKS}'), "
+        "octet_length(c.checkpoint) + octet_length(c.metadata) "
+        f"FROM {s}.checkpoints c JOIN {_BATCH} ON c.tenant_id = d.tenant_id "
+        "AND c.thread_id = d.thread_id AND c.epoch = d.epoch",
+        params,
+        "all",
+    )
+    threads: dict[tuple[str, str, int], list[tuple[CheckpointNode, int]]] = {}
+    for tenant, thread, epoch, ns, cid, parent, v, delta, sends, size in rows:
+        node = CheckpointNode(ns, cid, parent, int(v), bool(delta), bool(sends))
+        threads.setdefault((tenant, thread, int(epoch)), []).append((node, int(size or 0)))
+    doomed: dict[str, list[Any]] = {k: [] for k in ("t", "th", "e", "ns", "id")}
+    trimmed: list[tuple[str, str, int]] = []
+    size = 0
+    for (tenant, thread, epoch), members in threads.items():
+        kept = keep_set((n for n, _ in members), keep(tenant))
+        gone = [(n, b) for n, b in members if (n.ns, n.checkpoint_id) not in kept]
+        if not gone:
+            continue
+        trimmed.append((tenant, thread, epoch))
+        report.record(tenant, thread)
+        for node, b in gone:
+            doomed["t"].append(tenant)
+            doomed["th"].append(thread)
+            doomed["e"].append(epoch)
+            doomed["ns"].append(node.ns)
+            doomed["id"].append(node.checkpoint_id)
+            size += b
+    if not trimmed:
+        return None
+    report.trimmed += len(trimmed)
+    report.checkpoints += len(doomed["id"])
+    gone_rows = (
+        "unnest(%(g_t)s::text[], %(g_th)s::text[], %(g_e)s::integer[], %(g_ns)s::text[], "
+        "%(g_id)s::text[]) AS g(tenant_id, thread_id, epoch, checkpoint_ns, checkpoint_id)"
+    )
+    gp = {f"g_{k}": v for k, v in doomed.items()}
+    key = (
+        "{a}.tenant_id = g.tenant_id AND {a}.thread_id = g.thread_id AND {a}.epoch = g.epoch "
+        "AND {a}.checkpoint_ns = g.checkpoint_ns AND {a}.checkpoint_id = g.checkpoint_id"
+    )
+    # Blobs that no checkpoint outside the doomed set references.
+    unreferenced = (
+        f"FROM {s}.blobs b JOIN {_BATCH} ON b.tenant_id = d.tenant_id "
+        "AND b.thread_id = d.thread_id AND b.epoch = d.epoch WHERE NOT EXISTS ("
+        f"SELECT 1 FROM {s}.checkpoints c CROSS JOIN LATERAL "
+        "unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+        "WHERE c.tenant_id = b.tenant_id AND c.thread_id = b.thread_id AND c.epoch = b.epoch "
+        "AND c.checkpoint_ns = b.checkpoint_ns AND r.channel = b.channel "
+        "AND r.version = b.version {extra})"
+    )
+    tparams = {**_arrays(trimmed), **gp}
+    if dry_run:
+        row = yield _q(
+            "SELECT (SELECT coalesce(sum(octet_length(w.blob)), 0) "
+            f"FROM {s}.writes w JOIN {gone_rows} ON {key.format(a='w')}), "
+            "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) "
+            + unreferenced.format(
+                extra=f"AND NOT EXISTS (SELECT 1 FROM {gone_rows} WHERE {key.format(a='c')})"
+            )
+            + ")",
+            tparams,
+        )
+        report.bytes += size + int(row[0]) + int(row[1])
+        return None
+    row = yield _q(
+        f"WITH c AS (DELETE FROM {s}.checkpoints c USING {gone_rows} "
+        f"WHERE {key.format(a='c')} RETURNING 1), "
+        f"w AS (DELETE FROM {s}.writes w USING {gone_rows} WHERE {key.format(a='w')} "
+        "RETURNING octet_length(w.blob) AS n) "
+        "SELECT (SELECT coalesce(sum(n), 0) FROM w)",
+        tparams,
+    )
+    report.bytes += size + int(row[0])
+    row = yield _q(
+        f"WITH b AS (DELETE FROM {s}.blobs x USING (SELECT b.tenant_id, b.thread_id, b.epoch, "
+        "b.checkpoint_ns, b.channel, b.version "
+        + unreferenced.format(extra="")
+        + ") AS u WHERE x.tenant_id = u.tenant_id AND x.thread_id = u.thread_id "
+        "AND x.epoch = u.epoch AND x.checkpoint_ns = u.checkpoint_ns "
+        "AND x.channel = u.channel AND x.version = u.version "
+        "RETURNING coalesce(octet_length(x.blob), 0) AS n) "
+        "SELECT coalesce(sum(n), 0) FROM b",
+        tparams,
+    )
+    report.bytes += int(row[0])
+    return None

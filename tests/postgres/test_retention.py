@@ -1,0 +1,298 @@
+"""Retention and the pruner on PostgreSQL: expiry, partition drops, keep_latest, locks."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_durable import Retention
+from langgraph_durable.errors import ConfigurationError, InvalidInputError
+from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
+from tests.helpers import cfg, put_chain
+from tests.postgres.aging import DAY, age_thread, partitions, rows_naming, table_counts
+from tests.retention_helpers import (
+    EXPECTED_APPROVAL_LOG,
+    apause,
+    aresume,
+    arun_turns,
+    delta_graph,
+    interrupt_graph,
+    pause,
+    resume,
+    run_turns,
+)
+
+IDLE_30D = Retention(idle=datetime.timedelta(days=30))
+
+
+@pytest.fixture
+def conn(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def saver(pg_url: str, pg_schema: str) -> Iterator[PostgresSaver]:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=IDLE_30D) as s:
+        s.setup()
+        yield s
+
+
+def test_stored_expiry_deletes_expired_threads_whole_and_keeps_live_ones(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    put_chain(saver, "old", 3)
+    put_chain(saver, "new", 3)
+    saver.put_writes(saver.get_tuple(cfg("old")).config, [("a", 1)], "task")  # type: ignore[union-attr]
+    age_thread(conn, pg_schema, "old", days=31)
+    before_new = rows_naming(conn, pg_schema, "new")
+    report = saver.prune_expired()
+    assert (report.threads, report.checkpoints, report.locked) == (1, 3, False)
+    assert report.bytes > 0 and not report.budget_exhausted
+    assert rows_naming(conn, pg_schema, "old") == dict.fromkeys(
+        rows_naming(conn, pg_schema, "x"), 0
+    )
+    assert rows_naming(conn, pg_schema, "new") == before_new
+    assert saver.get_tuple(cfg("old")) is None
+    assert len(list(saver.list(cfg("new")))) == 3
+    # a second run finds nothing
+    assert saver.prune_expired().threads == 0
+
+
+def test_expiry_is_stored_only_for_delete_policies(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    policies = {
+        "a": Retention(idle=datetime.timedelta(days=30)),
+        "b": Retention(idle=datetime.timedelta(days=30), strategy="keep_latest"),
+    }
+    with PostgresSaver.from_conn_string(
+        pg_url, schema=pg_schema, retention=lambda t: policies.get(t)
+    ) as s:
+        s.setup()
+        for tenant in ("a", "b", "c"):
+            s.put(cfg("t", tenant_id=tenant), _cp(), {}, {})
+        rows = dict(
+            conn.execute(
+                f'SELECT tenant_id, expires_at IS NOT NULL FROM "{pg_schema}".threads'
+            ).fetchall()
+        )
+        assert rows == {"a": True, "b": False, "c": False}
+
+
+def test_injected_clock_idle_and_absolute(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        s.setup()
+        put_chain(s, "busy", 2)
+        put_chain(s, "quiet", 2)
+        # "busy" is old but written today; "quiet" was last written 10 days ago
+        age_thread(conn, pg_schema, "busy", days=0, created_days=100)
+        age_thread(conn, pg_schema, "quiet", days=10)
+        now = time.time()
+        idle = Retention(idle=datetime.timedelta(days=30))
+        assert s.prune_expired(idle, now=now, dry_run=True).threads == 0
+        assert s.prune_expired(idle, now=now + 21 * DAY, dry_run=True).threads == 1
+        absolute = Retention(absolute=datetime.timedelta(days=90))
+        report = s.prune_expired(absolute, now=now)
+        assert report.threads == 1
+        assert s.get_tuple(cfg("busy")) is None and s.get_tuple(cfg("quiet")) is not None
+        assert rows_naming(conn, pg_schema, "busy")["checkpoints"] == 0
+
+
+def test_old_partitions_are_dropped_whole_and_live_threads_keep_theirs(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    for t in ("e1", "e2"):
+        put_chain(saver, t, 2)
+        age_thread(conn, pg_schema, t, days=40, move_epoch=True)
+    # an older epoch where one thread is still live (written 1 day ago)
+    for t in ("m-old", "m-live"):
+        put_chain(saver, t, 2)
+    age_thread(conn, pg_schema, "m-old", days=60, move_epoch=True)
+    age_thread(conn, pg_schema, "m-live", days=1, created_days=60, move_epoch=True)
+    leaves = partitions(conn, pg_schema)
+    assert len(leaves) == 3 * 4  # current, next, two old epochs
+    dry = saver.prune_expired(dry_run=True)
+    assert table_counts(conn, pg_schema)["threads"] == 4
+    assert partitions(conn, pg_schema) == leaves
+    report = saver.prune_expired()
+    assert (report.threads, report.partitions, report.checkpoints) == (3, 3, 6)
+    assert (dry.threads, dry.partitions, dry.checkpoints) == (3, 3, 6)
+    assert sorted(t for _tenant, t in dry.thread_ids) == ["e1", "e2", "m-old"]
+    assert len(partitions(conn, pg_schema)) == 3 * 3
+    for t in ("e1", "e2", "m-old"):
+        assert sum(rows_naming(conn, pg_schema, t).values()) == 0
+    assert len(list(saver.list(cfg("m-live")))) == 2
+
+
+def test_a_killed_partition_drop_is_finished_by_the_next_run(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    put_chain(saver, "gone", 2)
+    age_thread(conn, pg_schema, "gone", days=40, move_epoch=True)
+    old = [n for n in partitions(conn, pg_schema) if n not in _current(saver, conn, pg_schema)]
+    # as if a pruner died after its commit and one detach, before the drops
+    conn.execute(f'DELETE FROM "{pg_schema}".threads WHERE thread_id = %s', ("gone",))
+    leaf = next(n for n in old if n.startswith("writes_"))
+    conn.execute(f'ALTER TABLE "{pg_schema}".writes DETACH PARTITION "{pg_schema}"."{leaf}"')
+    saver.prune_expired()
+    assert not set(old) & set(partitions(conn, pg_schema))
+
+
+def test_budget_stops_between_batches_and_a_rerun_finishes(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    for i in range(6):
+        put_chain(saver, f"t{i}", 1)
+        age_thread(conn, pg_schema, f"t{i}", days=31)
+    ticks = iter(range(100))
+    from langgraph_durable._core import retention as core
+
+    real = core.PruneRequest.out_of_time
+    try:
+        # out of time after the second batch
+        core.PruneRequest.out_of_time = lambda self: next(ticks) >= 2  # type: ignore[method-assign]
+        first = saver.prune_expired(batch=2)
+    finally:
+        core.PruneRequest.out_of_time = real  # type: ignore[method-assign]
+    assert first.budget_exhausted and first.threads == 4
+    second = saver.prune_expired(batch=2)
+    assert not second.budget_exhausted and second.threads == 2
+    assert table_counts(conn, pg_schema)["threads"] == 0
+
+
+def test_keep_latest_trims_and_threads_resume(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    policy = Retention(idle=datetime.timedelta(days=30), strategy="keep_latest", keep=1)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=policy) as s:
+        s.setup()
+        paused = interrupt_graph(s)
+        pause(paused, "paused")
+        deltas = delta_graph(s)
+        before = run_turns(deltas, "delta", 7)
+        put_chain(s, "live", 3)
+        for t in ("paused", "delta"):
+            age_thread(conn, pg_schema, t, days=31)
+        live_rows = rows_naming(conn, pg_schema, "live")
+        delta_before = rows_naming(conn, pg_schema, "delta")["checkpoints"]
+        dry = s.prune_expired(dry_run=True)
+        report = s.prune_expired()
+        assert (report.trimmed, report.threads) == (2, 0)
+        assert (dry.trimmed, dry.checkpoints, dry.bytes) == (
+            report.trimmed,
+            report.checkpoints,
+            report.bytes,
+        )
+        # the DeltaChannel thread kept ancestors back to a snapshot, not its whole history
+        kept = rows_naming(conn, pg_schema, "delta")["checkpoints"]
+        assert 1 < kept < delta_before
+        assert rows_naming(conn, pg_schema, "live") == live_rows
+        assert dict(deltas.get_state(cfg("delta")).values) == before
+        after = run_turns(deltas, "delta", 1)
+        assert after["items"][: len(before["items"])] == before["items"]
+        assert len(after["items"]) == len(before["items"]) + 2
+        assert resume(paused, "paused") == EXPECTED_APPROVAL_LOG
+
+
+def test_upstream_prune_keep_latest_keeps_delta_ancestors(saver: PostgresSaver) -> None:
+    graph = delta_graph(saver)
+    before = run_turns(graph, "d", 6)
+    saver.prune(["d"])
+    assert dict(graph.get_state(cfg("d")).values) == before
+    assert len(list(saver.list(cfg("d")))) < 6 * 3
+
+
+def test_second_pruner_reports_the_lock(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    put_chain(saver, "old", 1)
+    age_thread(conn, pg_schema, "old", days=31)
+    with psycopg.connect(conn.info.dsn, autocommit=True) as holder:
+        holder.execute(
+            "SELECT pg_advisory_lock(hashtext(%s))", (f"langgraph_durable:{pg_schema}:prune",)
+        )
+        report = saver.prune_expired()
+        assert report.locked and report.threads == 0
+    assert saver.get_tuple(cfg("old")) is None or saver.prune_expired().threads == 1
+    assert saver.get_tuple(cfg("old")) is None
+
+
+def test_tenant_filter_and_effect_rows(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=IDLE_30D) as s:
+        s.setup()
+        for tenant in ("a", "b"):
+            s.put(cfg("t", tenant_id=tenant), _cp(), {}, {})
+            conn.execute(
+                f'INSERT INTO "{pg_schema}".effects (tenant_id, thread_id, effect_id, state, '
+                "token, attempt, lease_until, request_type, request, created) "
+                "VALUES (%s, 't', 'e1', 'done', 1, 1, 0, 'x', '\\x00', 0)",
+                (tenant,),
+            )
+            age_thread(conn, pg_schema, "t", tenant=tenant, days=31)
+        report = s.prune_expired(tenant_id="a")
+        assert report.threads == 1
+        left = conn.execute(f'SELECT tenant_id FROM "{pg_schema}".effects').fetchall()
+        assert left == [("b",)]
+        assert s.get_tuple(cfg("t", tenant_id="b")) is not None
+
+
+def test_setup_stores_the_policy_and_bad_arguments_are_refused(
+    saver: PostgresSaver,
+) -> None:
+    assert Retention.from_json(saver._run(saver._ops.retention_get())) == IDLE_30D
+    with pytest.raises(InvalidInputError):
+        saver.prune_expired(max_seconds=0)
+    with pytest.raises(ConfigurationError):
+        saver.prune_expired("30d")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        Retention()
+    with pytest.raises(ConfigurationError):
+        PostgresSaver("postgresql://x", retention="30d")  # type: ignore[arg-type]
+
+
+async def test_async_saver_prunes_and_trims(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    policy = Retention(idle=datetime.timedelta(days=30), strategy="keep_latest")
+    async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=policy) as s:
+        await s.setup()
+        paused = interrupt_graph(s)
+        await apause(paused, "paused")
+        deltas = delta_graph(s)
+        before = await arun_turns(deltas, "delta", 5)
+        for t in ("paused", "delta"):
+            age_thread(conn, pg_schema, t, days=31)
+        seen: list[Any] = []
+        report = await s.aprune_expired(progress=seen.append)
+        assert report.trimmed == 2 and seen and seen[-1].done == 2
+        assert dict((await deltas.aget_state(cfg("delta"))).values) == before
+        assert await aresume(paused, "paused") == EXPECTED_APPROVAL_LOG
+        await arun_turns(deltas, "delta", 1)
+        gone = await s.aprune_expired(Retention(idle=datetime.timedelta(days=1)))
+        assert gone.threads == 0  # both were written again just now
+        gone = await s.aprune_expired(
+            Retention(idle=datetime.timedelta(days=1)), now=time.time() + 2 * DAY
+        )
+        assert gone.threads == 2
+        assert table_counts(conn, pg_schema)["checkpoints"] == 0
+
+
+def _cp() -> dict[str, Any]:
+    from tests.helpers import make_cp
+
+    return make_cp()
+
+
+def _current(saver: PostgresSaver, conn: psycopg.Connection[Any], schema: str) -> set[str]:
+    epoch = conn.execute(f'SELECT "{schema}".current_epoch()').fetchone()[0]  # type: ignore[index]
+    return {f"{t}_e{e}" for t in ("checkpoints", "blobs", "writes") for e in (epoch, epoch + 1)}
