@@ -7,6 +7,8 @@ Subcommands:
 * ``rotate-keys``: rewrap the tenants' data keys under the keyring's active key
   (PostgreSQL, Redis or DynamoDB).
 * ``shred``: crypto-shred a tenant by deleting its data keys.
+* ``prune``: delete or trim expired threads (retention, from cron); exit 3 when its
+  time budget ran out with work left, 1 when the store failed.
 
 Importing this package imports no database driver and no LangGraph; each command imports what
 it needs when it runs. Errors the user can act on (bad options, an unreachable database) are
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from langgraph_durable import __version__
-from langgraph_durable.cli import _demo, _keys, _setup
+from langgraph_durable.cli import _demo, _keys, _prune, _setup
 from langgraph_durable.cli._common import CommandError, one_line
 from langgraph_durable.errors import DurableError
 
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     _demo.add_parser(subparsers)
     _setup.add_parser(subparsers)
     _keys.add_parsers(subparsers)
+    _prune.add_parser(subparsers)
     return parser
 
 

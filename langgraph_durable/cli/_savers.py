@@ -203,8 +203,8 @@ def encryption_required(command: str, env: Mapping[str, str] | None = None) -> E
 
 
 @contextmanager
-def open_saver(target: Target, encryption: Encryption) -> Iterator[Any]:
-    """Open the sync saver of ``target`` with ``encryption``; close it on exit.
+def open_saver(target: Target, encryption: Encryption | None) -> Iterator[Any]:
+    """Open the sync saver of ``target`` with ``encryption`` (or none); close it on exit.
 
     No migration or table creation is run: a missing schema or table is reported by
     the saver's first call.

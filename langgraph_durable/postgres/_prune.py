@@ -215,8 +215,6 @@ def _drop_partitions(
     for epoch in sorted(leaves):
         if epoch >= current:
             continue
-        if request.out_of_time():
-            return False
         row = yield _q(
             f"SELECT count(*), count(*) FILTER (WHERE NOT ({expired})) "
             f"FROM {s}.threads th WHERE th.epoch = %(epoch)s",
@@ -225,6 +223,8 @@ def _drop_partitions(
         count, live = int(row[0]), int(row[1])
         if live:
             continue  # the row phase removes this epoch's expired threads
+        if request.out_of_time():
+            return False  # a droppable epoch is left
         names = [n for n, _a, _p in leaves[epoch]]
         sizes = yield _q(
             "SELECT coalesce(sum(pg_total_relation_size("
@@ -330,8 +330,6 @@ def _prune_rows(
     after: tuple[str, str] = ("", "")
     first = True
     while True:
-        if request.out_of_time():
-            return False
         rows = yield _q(
             f"SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th WHERE {expired} "
             "AND th.epoch <> ALL(%(dropped)s::integer[]) "
@@ -342,6 +340,8 @@ def _prune_rows(
         )
         if not rows:
             return True
+        if request.out_of_time():
+            return False  # expired threads are left
         first = False
         after = (rows[-1][0], rows[-1][1])
         batch = [(str(t), str(th), int(e)) for t, th, e in rows]

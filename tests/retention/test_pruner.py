@@ -1,0 +1,267 @@
+"""The pruner on every backend, as cron runs it: killed and rerun, two at once, the CLI.
+
+* A pruner SIGKILLed mid-run, then run again, ends where an uninterrupted run ends:
+  every thread of the expired tenant gone (no stored record names it), every other
+  thread whole.
+* Two pruners at once: the second (the ``prune`` command) exits 0 saying another
+  pruner is running, and changes nothing.
+* ``prune --dry-run`` changes nothing and reports what the next real run removes.
+* ``--max-seconds`` exits 3 with work left; the next run finishes (exit 0).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_durable import Retention
+from tests.effects.conftest import BACKENDS, make_spec
+from tests.helpers import cfg, put_chain
+from tests.redaction_helpers import SaverSpec, open_saver
+from tests.retention.worker import POLICIES
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+THREADS = [f"t{i:02d}" for i in range(10)]
+STEPS = 2
+
+
+@pytest.fixture(params=BACKENDS)
+def spec(request: pytest.FixtureRequest) -> SaverSpec:
+    return make_spec(request, request.param)
+
+
+def _env() -> dict[str, str]:
+    from tests.servers import set_dynamodb_environment
+
+    env = dict(os.environ)
+    for name in ("LGD_POSTGRES_URL", "LGD_REDIS_URL", "LGD_DYNAMODB_URL"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    set_dynamodb_environment(env)
+    return env
+
+
+def _populate(spec: SaverSpec, retention: Any) -> None:
+    spec = SaverSpec(spec.backend, spec.conn, {**spec.kwargs, "retention": retention})
+    with open_saver(spec) as saver:
+        for tenant in ("old", "young"):
+            for thread in THREADS:
+                configs = put_chain(saver, thread, STEPS, tenant_id=tenant)
+                saver.put_writes(configs[-1], [("inbox", thread)], "task-1")
+
+
+def _state(spec: SaverSpec) -> dict[tuple[str, str], int]:
+    """Checkpoints per (tenant, thread) as the saver lists them."""
+    out = {}
+    with open_saver(spec) as saver:
+        for tenant in ("old", "young"):
+            for thread in THREADS:
+                out[(tenant, thread)] = len(list(saver.list(cfg(thread, tenant_id=tenant))))
+    return out
+
+
+def _expected() -> dict[tuple[str, str], int]:
+    return {
+        (tenant, thread): (STEPS if tenant == "young" else 0)
+        for tenant in ("old", "young")
+        for thread in THREADS
+    }
+
+
+def _raw_mentions(spec: SaverSpec, tenant: str) -> int:
+    """Stored records (rows, keys, items) of ``tenant``, read around the saver."""
+    if spec.backend == "postgres":
+        import psycopg
+
+        schema = spec.kwargs["schema"]
+        with psycopg.connect(spec.conn, autocommit=True) as conn:
+            return sum(
+                int(
+                    conn.execute(  # type: ignore[index]
+                        f'SELECT count(*) FROM "{schema}".{table} WHERE tenant_id = %s', (tenant,)
+                    ).fetchone()[0]
+                )
+                for table in ("threads", "checkpoints", "blobs", "writes", "effects")
+            )
+    if spec.backend == "redis":
+        import redis
+
+        client = redis.Redis.from_url(spec.conn)
+        try:
+            prefix = spec.kwargs["prefix"]
+            keys = [k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+            hits = [k for k in keys if "{" + tenant + ":" in k]
+            index = f"{prefix}:threads:{{{tenant}}}"
+            return len(hits) + (int(client.zcard(index)) if index in keys else 0)
+        finally:
+            client.close()
+    from urllib.parse import parse_qs, urlsplit
+
+    import boto3
+
+    parts = urlsplit(spec.conn)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    client = boto3.client(
+        "dynamodb", region_name=query.get("region", "us-east-1"), endpoint_url=query["endpoint"]
+    )
+    count = 0
+    for page in client.get_paginator("scan").paginate(TableName=parts.netloc):
+        count += sum(1 for item in page["Items"] if tenant in item["pk"]["S"])
+    return count
+
+
+def _worker(spec: SaverSpec, now: float, batch: int, pause: float) -> subprocess.Popen[str]:
+    raw = json.dumps({**asdict(spec), "kwargs": dict(spec.kwargs)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.retention.worker", raw, repr(now), str(batch), str(pause)],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_progress(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("progress"), (line, proc.stderr.read() if proc.stderr else "")
+
+
+def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _cli(spec: SaverSpec, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_durable.cli", "prune", *_target(spec), *flags],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _target(spec: SaverSpec) -> list[str]:
+    args = ["--url", spec.conn]
+    if spec.backend == "postgres":
+        args += ["--schema", spec.kwargs["schema"]]
+    elif spec.backend == "redis":
+        args += ["--prefix", spec.kwargs["prefix"]]
+    return args
+
+
+def test_a_killed_pruner_rerun_ends_like_an_uninterrupted_run(spec: SaverSpec) -> None:
+    _populate(spec, POLICIES.get)
+    assert _raw_mentions(spec, "old") > 0
+    now = time.time() + 60
+    rng = random.Random(11)
+    for _ in range(2):
+        proc = _worker(spec, now, batch=2, pause=0.05)
+        _wait_progress(proc)
+        time.sleep(rng.uniform(0.0, 0.08))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == -signal.SIGKILL
+        state = _state(spec)
+        # whole or gone: every thread has all of its checkpoints or none
+        assert all(n in (0, STEPS) for n in state.values()), state
+    report = _finish(_worker(spec, now, batch=2, pause=0.0))
+    assert not report["locked"] and not report["budget_exhausted"]
+    assert _state(spec) == _expected()
+    assert _raw_mentions(spec, "old") == 0
+    # the uninterrupted run's end state is a fixed point: a further run removes nothing
+    again = _finish(_worker(spec, now, batch=2, pause=0.0))
+    assert (again["threads"], again["checkpoints"]) == (0, 0)
+
+
+def test_a_second_pruner_exits_0_saying_another_is_running(spec: SaverSpec) -> None:
+    _populate(spec, POLICIES.get)
+    before = _state(spec)
+    holder = _worker(spec, time.time() + 60, batch=1, pause=1.0)
+    try:
+        _wait_progress(holder)
+        second = _cli(spec, "--idle", "1s", "--json")
+        assert second.returncode == 0, second.stderr
+        summary = json.loads(second.stdout)
+        assert summary["locked"] is True and summary["threads"] == 0
+        text = _cli(spec, "--idle", "1s")
+        assert text.returncode == 0, text.stderr
+        assert "Another pruner is running" in text.stdout
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate(timeout=TIMEOUT)
+    # the second pruner deleted nothing (the holder may have removed "old" threads)
+    after = _state(spec)
+    assert all(after[k] == before[k] for k in after if k[0] == "young")
+
+
+def test_cli_dry_run_changes_nothing_and_predicts_the_real_run(spec: SaverSpec) -> None:
+    _populate(spec, Retention(strategy="keep_latest", keep=1))
+    before = _state(spec)
+    raw_before = _raw_mentions(spec, "young")
+    dry = _cli(spec, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    predicted = json.loads(dry.stdout)
+    assert predicted["dry_run"] is True and predicted["trimmed"] == 2 * len(THREADS)
+    assert _state(spec) == before and _raw_mentions(spec, "young") == raw_before
+    text = _cli(spec, "--dry-run")
+    assert text.returncode == 0 and "Nothing was changed" in text.stdout
+    assert "thread 't00'" in text.stdout
+    real = _cli(spec, "--json")
+    assert real.returncode == 0, real.stderr
+    done = json.loads(real.stdout)
+    for field in ("threads", "trimmed", "checkpoints", "bytes", "partitions"):
+        assert done[field] == predicted[field], field
+    assert set(_state(spec).values()) == {1}
+    quiet = _cli(spec)
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
+
+
+def test_cli_budget_exit_3_then_a_rerun_finishes(spec: SaverSpec) -> None:
+    _populate(spec, Retention(strategy="keep_latest", keep=1))
+    first = _cli(spec, "--max-seconds", "0.000001", "--batch", "1", "--json")
+    assert first.returncode == 3, first.stderr
+    assert json.loads(first.stdout)["budget_exhausted"] is True
+    assert "--max-seconds" in first.stderr
+    second = _cli(spec, "--json")
+    assert second.returncode == 0, second.stderr
+    assert set(_state(spec).values()) == {1}
+
+
+def test_cli_bad_usage_exits_2(spec: SaverSpec) -> None:
+    for flags in (
+        ["--idle", "3 weeks"],
+        ["--keep", "0"],
+        ["--max-seconds", "-1"],
+        ["--strategy", "everything"],
+    ):
+        result = _cli(spec, *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+        assert "error" in result.stderr
+
+
+def test_cli_prune_with_flags_deletes_idle_threads(spec: SaverSpec) -> None:
+    _populate(spec, Retention(idle=datetime.timedelta(days=30)))
+    time.sleep(1.2)
+    result = _cli(spec, "--idle", "1s", "--tenant", "old", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["threads"] == len(THREADS) and summary["checkpoints"] == STEPS * len(THREADS)
+    assert _state(spec) == _expected()
+    assert _raw_mentions(spec, "old") == 0
