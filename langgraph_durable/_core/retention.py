@@ -12,8 +12,8 @@ import datetime
 import json
 import os
 import re
+import platform
 import secrets
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -428,7 +428,7 @@ class PruneReport:
 
 def pruner_identity() -> str:
     """A lock holder's name: ``host:pid:random`` (see :func:`holder_gone`)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{platform.node()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def holder_gone(holder: str) -> bool:
@@ -439,7 +439,7 @@ def holder_gone(holder: str) -> bool:
     """
     host, _, rest = holder.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != platform.node() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
     if pid == os.getpid():

@@ -11,6 +11,7 @@ PKG = pathlib.Path(langgraph_durable.__file__).parent
 FORBIDDEN = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotocore", "socket"}
 PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [
     PKG / "postgres" / "_sql.py",
+    PKG / "postgres" / "_prune.py",
     PKG / "redis" / "_ops.py",
     PKG / "dynamodb" / "_ops.py",
     PKG / "effects" / "_flow.py",
@@ -48,6 +49,7 @@ def test_importing_the_package_imports_no_driver() -> None:
     code = (
         "import sys, langgraph_durable, langgraph_durable.errors; "
         "from langgraph_durable import idempotent, current_effect, IdempotentToolNode; "
+        "from langgraph_durable import Retention, PruneReport; "
         "print(sorted(m for m in ('psycopg', 'redis', 'boto3') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
