@@ -27,9 +27,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DurableError
 
 if TYPE_CHECKING:
+    from ._core.retention import Retention
     from .protect import Encryption, KeyProvider
 
 __all__ = [
@@ -167,3 +168,33 @@ def encryption_from_env(env: Mapping[str, str]) -> Encryption | None:
     if searchable is not None:
         options["searchable_metadata"] = searchable
     return Encryption(keyring, **options)
+
+
+def retention_from_env(env: Mapping[str, str]) -> Retention | None:
+    """A retention policy from ``LGD_RETENTION_*``, or None when none is set.
+
+    ``LGD_RETENTION_IDLE`` and ``LGD_RETENTION_ABSOLUTE`` take durations
+    (``90s``, ``15m``, ``12h``, ``30d``), ``LGD_RETENTION_STRATEGY`` is
+    ``delete`` (default) or ``keep-latest``, ``LGD_RETENTION_KEEP`` a count.
+
+    Raises:
+        ConfigurationError: A value is malformed.
+    """
+    from ._core.retention import Retention, parse_duration
+
+    names = ("IDLE", "ABSOLUTE", "STRATEGY", "KEEP")
+    values = {n: env.get(f"LGD_RETENTION_{n}", "").strip() for n in names}
+    if not any(values.values()):
+        return None
+    try:
+        keep = values["KEEP"] or "1"
+        if not keep.isdigit():
+            raise ConfigurationError(f"must be a positive integer, got {keep!r}")
+        return Retention(
+            idle=parse_duration(values["IDLE"]) if values["IDLE"] else None,
+            absolute=parse_duration(values["ABSOLUTE"]) if values["ABSOLUTE"] else None,
+            strategy=values["STRATEGY"] or "delete",
+            keep=int(keep),
+        )
+    except DurableError as exc:
+        raise ConfigurationError(f"LGD_RETENTION_*: {exc}") from exc

@@ -17,6 +17,10 @@ Settings come from the environment:
 ``LGD_POSTGRES_PREPARE``               ``off`` disables prepared statements (PgBouncer)
 ``LGD_POSTGRES_SETUP``                 ``off`` skips ``setup()`` at start (run
                                        migrations elsewhere)
+``LGD_RETENTION_IDLE``                 retention: ``30d`` etc.; also
+                                       ``LGD_RETENTION_ABSOLUTE``,
+                                       ``LGD_RETENTION_STRATEGY`` (``delete`` or
+                                       ``keep-latest``), ``LGD_RETENTION_KEEP``
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
                                        ``LGD_KMS_KEY_ID`` with AWS KMS; the
                                        ``LGD_ENCRYPTION_*`` options: see
@@ -33,7 +37,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import encryption_from_env, env_flag, env_required, set_up_saver
+from .._server import (
+    encryption_from_env,
+    env_flag,
+    env_required,
+    retention_from_env,
+    set_up_saver,
+)
 from ..errors import ConfigurationError
 from .saver import AsyncPostgresSaver
 
@@ -57,6 +67,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "pool_size": int(pool),
         "prepare_threshold": 5 if env_flag(env, "LGD_POSTGRES_PREPARE", True) else None,
         "encryption": encryption_from_env(env),
+        "retention": retention_from_env(env),
         "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
 

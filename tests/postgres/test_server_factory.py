@@ -79,3 +79,25 @@ async def test_factory_encrypts_with_the_keyring_from_the_environment(
     ) as stranger:
         with pytest.raises(DecryptionError, match="'k1'"):
             await stranger.aget_tuple(config)
+
+
+def test_settings_read_the_retention_policy() -> None:
+    from datetime import timedelta
+
+    from langgraph_durable import Retention
+
+    base = {"LGD_POSTGRES_URL": "postgresql://x"}
+    assert settings_from_env(base)["retention"] is None
+    s = settings_from_env({**base, "LGD_RETENTION_IDLE": "30d", "LGD_RETENTION_ABSOLUTE": "12w"})
+    assert s["retention"] == Retention(idle=timedelta(days=30), absolute=timedelta(weeks=12))
+    s = settings_from_env(
+        {**base, "LGD_RETENTION_STRATEGY": "keep-latest", "LGD_RETENTION_KEEP": "3"}
+    )
+    assert s["retention"] == Retention(strategy="keep_latest", keep=3)
+    for bad in (
+        {"LGD_RETENTION_IDLE": "soon"},
+        {"LGD_RETENTION_KEEP": "x"},
+        {"LGD_RETENTION_STRATEGY": "delete"},
+    ):
+        with pytest.raises(ConfigurationError, match="LGD_RETENTION"):
+            settings_from_env({**base, **bad})
