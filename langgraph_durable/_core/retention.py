@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import platform
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
