@@ -36,7 +36,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ._ops import Batch, Command, Script, split_cluster_url
+from ._ops import Batch, Command, ScanKeys, Script, split_cluster_url
 
 R = TypeVar("R")
 
@@ -153,9 +153,14 @@ def _translated(results: list[Any]) -> list[Any]:
     return [translate(r) if isinstance(r, BaseException) else r for r in results]
 
 
-def _request(step: Any) -> Command | Script | Batch:
-    if not isinstance(step, (Command, Script, Batch)):
-        raise TypeError(f"operation yielded {step!r}, expected a Command, Script or Batch")
+Request = Command | Script | Batch | ScanKeys
+
+
+def _request(step: Any) -> Request:
+    if not isinstance(step, (Command, Script, Batch, ScanKeys)):
+        raise TypeError(
+            f"operation yielded {step!r}, expected a Command, Script, Batch or ScanKeys"
+        )
     return step
 
 
@@ -191,7 +196,7 @@ class SyncDriver:
         if self.owns:
             self.client.close()
 
-    def execute(self, request: Command | Script | Batch) -> Any:
+    def execute(self, request: Request) -> Any:
         """Run one request; sent once more if its connection dropped (requests are idempotent)."""
         try:
             return self._execute(request)
@@ -200,11 +205,15 @@ class SyncDriver:
                 raise
         return self._execute(request)
 
-    def _execute(self, request: Command | Script | Batch) -> Any:
+    def _execute(self, request: Request) -> Any:
         if isinstance(request, Script):
             return self._script(request)
         if isinstance(request, Command):
             return self._command(request)
+        if isinstance(request, ScanKeys):
+            # a cluster client's scan_iter walks every primary with its own cursor
+            found = self.client.scan_iter(match=request.match, count=request.count)
+            return list(dict.fromkeys(found))
         return self._batch(request)
 
     def _command(self, request: Command) -> Any:
@@ -280,7 +289,7 @@ class AsyncDriver:
             closer = getattr(self.client, "aclose", None) or self.client.close
             await closer()
 
-    async def execute(self, request: Command | Script | Batch) -> Any:
+    async def execute(self, request: Request) -> Any:
         """Run one request; sent once more if its connection dropped (requests are idempotent)."""
         try:
             return await self._execute(request)
@@ -289,11 +298,14 @@ class AsyncDriver:
                 raise
         return await self._execute(request)
 
-    async def _execute(self, request: Command | Script | Batch) -> Any:
+    async def _execute(self, request: Request) -> Any:
         if isinstance(request, Script):
             return await self._script(request)
         if isinstance(request, Command):
             return await self._command(request)
+        if isinstance(request, ScanKeys):
+            found = self.client.scan_iter(match=request.match, count=request.count)
+            return list(dict.fromkeys([key async for key in found]))
         return await self._batch(request)
 
     async def _command(self, request: Command) -> Any:

@@ -12,7 +12,9 @@ share a tag and every key of a thread lives in one cluster slot)::
 
     P:{T}:h   hash   "<ns>\\0<id>" -> record header (msgpack: v, parent, run_id,
                      blob refs, DeltaChannel flag); field "\\0" marks a thread
-                     registered in its tenant's index
+                     registered in its tenant's index; fields "\\0\\0created" and
+                     "\\0\\0touched" hold the server times (ms) of its first and
+                     last write (the pruner's clock)
     P:{T}:c   hash   "<ns>\\0<id>" -> record payload (msgpack: metadata index
                      JSON, body type, body, metadata type, metadata)
     P:{T}:b   hash   "<ns>\\0<channel>\\0<version>" -> blob (msgpack: type, bytes),
@@ -32,12 +34,14 @@ share a tag and every key of a thread lives in one cluster slot)::
     P:keys:{tenant}      hash   data-key version -> msgpack [key id, wrapped key
                                 or nil once shredded, created (Unix seconds)]
     P:key-tenants        set    tenants that have data keys (envelope encryption)
+    P:retention          string the saver's retention policy (JSON), set by setup()
+    P:prune-lock         string the running pruner (host:pid:random), with a lease
 
 The data-key hashes and their set never expire and are not touched by
 ``delete_thread`` or ``prune``: a tenant's keys outlive its threads.
 
 Six keys per thread whatever its size, plus the effect journal's set and
-one hash per entry; a TTL refresh covers them all (seven commands plus one per
+one hash per entry; an expiry covers them all (seven commands plus one per
 journal entry), so every key of a thread always has the same expiry.
 Identifiers may not contain NUL, which separates the parts of a field; checkpoint
 ids sort in time order, so the lexicographic ranges of the two sorted sets give
@@ -59,7 +63,7 @@ import math
 import secrets
 import struct
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -78,6 +82,7 @@ from .._core.records import (
     StoredDataKey,
     WriteRecord,
 )
+from .._core.retention import DELETE, PruneRequest, Retention
 from .._core.sansio import Emit, operation
 from ..errors import (
     ConfigurationError,
@@ -85,13 +90,13 @@ from ..errors import (
     DurableError,
     InvalidInputError,
     StorageError,
-    UnsupportedOperationError,
 )
 
 __all__ = [
     "Command",
     "Script",
     "Batch",
+    "ScanKeys",
     "LuaScript",
     "KeyLayout",
     "RedisOps",
@@ -99,6 +104,7 @@ __all__ = [
     "SCRIPTS",
     "validate_prefix",
     "split_cluster_url",
+    "expiry_spec",
 ]
 
 log = logging.getLogger("langgraph_durable.redis")
@@ -106,6 +112,10 @@ log = logging.getLogger("langgraph_durable.redis")
 SEP = "\x00"
 #: Field of the header hash that says the thread is in its tenant's index.
 MARK = "\x00"
+#: Fields of the header hash with the server times (ms) of a thread's first and
+#: last write (two NULs: never a checkpoint's "<ns>\0<id>").
+CREATED_FIELD = "\x00\x00created"
+TOUCHED_FIELD = "\x00\x00touched"
 #: Checkpoints per list page (one round trip each).
 LIST_PAGE_SIZE = 100
 #: Scripts per pipeline when an operation touches many threads.
@@ -215,6 +225,18 @@ class Batch:
     requests: tuple[Command | Script, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ScanKeys:
+    """Every key name matching a pattern, on every primary (SCAN to the end).
+
+    The result is a list of key names (each once). Meant for the few keys of a
+    kind (tenant indexes), not for a thread's keys.
+    """
+
+    match: str
+    count: int = 1000
+
+
 @dataclass(frozen=True)
 class SetupResult:
     """What ``setup()`` found.
@@ -237,6 +259,10 @@ local H, C, B, W, I, N = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local E = string.sub(H, 1, -2) .. 'e'
 local SEP = '\0'
 local MARK = '\0'
+-- Header-hash fields that are not checkpoints start with two NULs (a checkpoint's
+-- field "<ns>\0<id>" has one): the thread's creation and last-write server times.
+local CREATED = '\0\0created'
+local TOUCHED = '\0\0touched'
 local TASKS = '__TASKS__'
 local EFFECT_FIELDS = {__EFFECT_FIELDS__}
 
@@ -263,18 +289,51 @@ local function check_types()
   return nil
 end
 
-local function expire_all(ttl)
-  if ttl == '' then return end
-  -- every key of the thread (effect journal included) expires together:
-  -- without a TTL on the first, none has one
-  if ttl == '0' and redis.call('PTTL', H) == -1 then return end
+-- Whether a header-hash field is not a checkpoint (MARK, the times).
+local function is_meta(f)
+  return f == MARK or string.sub(f, 1, 2) == '\0\0'
+end
+
+-- The server's time in milliseconds.
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Records a write (or a read that counts as one) and sets the thread's expiry.
+-- spec '': nothing (a read). Otherwise a thread with checkpoints gets its
+-- creation time set once and its last-write time now (server times, ms); then
+-- '0' leaves every key without an expiry, and '<idle>:<absolute>' (ms, either
+-- may be empty) makes every key of the thread (effect journal included) expire
+-- together at min(now + idle, creation + absolute).
+local function expire_all(spec)
+  if spec == '' then return end
+  local now = server_ms()
+  local created = now
+  if redis.call('EXISTS', I) == 1 then
+    local stamp = string.format('%.0f', now)
+    redis.call('HSETNX', H, CREATED, stamp)
+    redis.call('HSET', H, TOUCHED, stamp)
+    created = tonumber(redis.call('HGET', H, CREATED)) or now
+  end
+  local idle, absolute = string.match(spec, '^(%d*):(%d*)$')
+  -- without a TTL on the first key, none has one
+  if not idle and redis.call('PTTL', H) == -1 then return end
+  local at = nil
+  if idle and idle ~= '' then at = now + tonumber(idle) end
+  if absolute and absolute ~= '' then
+    local cut = created + tonumber(absolute)
+    if not at or cut < at then at = cut end
+  end
+  -- a deadline already passed expires the thread right after this script
+  if at and at <= now then at = now + 1 end
   local keys = {H, C, B, W, I, N, E}
   for _, id in ipairs(redis.call('SMEMBERS', E)) do keys[#keys + 1] = E .. ':' .. id end
   for _, k in ipairs(keys) do
-    if ttl == '0' then
-      redis.call('PERSIST', k)
+    if at then
+      redis.call('PEXPIREAT', k, string.format('%.0f', at))
     else
-      redis.call('PEXPIRE', k, ttl)
+      redis.call('PERSIST', k)
     end
   end
 end
@@ -394,8 +453,13 @@ local function registration(mark, existed)
     redis.call('HSET', H, MARK, '1')
     return {0, 0}
   end
-  local t = redis.call('TIME')
-  return {1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+  return {1, server_ms()}
+end
+
+-- Deletes every key of the thread, its effect journal included.
+local function drop_thread()
+  for _, id in ipairs(redis.call('SMEMBERS', E)) do redis.call('UNLINK', E .. ':' .. id) end
+  return redis.call('UNLINK', H, C, B, W, I, N, E)
 end
 """.replace("__TASKS__", TASKS).replace(
     "__EFFECT_FIELDS__", ", ".join(f"'{name}'" for name in EFFECT_FIELDS)
@@ -408,11 +472,12 @@ def _lua(name: str, flags: str | None, body: str) -> LuaScript:
 
 
 # KEYS: the thread's six, then (not on a cluster) its tenant's index.
-# ARGV: ttl, ns, id, header, payload, mark, thread id, number of base fields, the
-# blob fields deltas are built on, then blob field/value pairs. Returns {-1} and
-# writes nothing when a base is missing; else registration() plus a string of
-# '1'/'0' per blob: created by this write or already there. With the index key
-# the script registers the thread itself and reports nothing to do.
+# ARGV: expiry spec (see expire_all), ns, id, header, payload, mark, thread id,
+# number of base fields, the blob fields deltas are built on, then blob
+# field/value pairs. Returns {-1} and writes nothing when a base is missing; else
+# registration() plus a string of '1'/'0' per blob: created by this write or
+# already there. With the index key the script registers the thread itself and
+# reports nothing to do.
 PUT = _lua(
     "put",
     None,
@@ -445,7 +510,7 @@ return out
 """,
 )
 
-# ARGV: ttl, "<ns>\0<id>", task id, replace ('1'/'0'), then idx/frame pairs.
+# ARGV: expiry spec, "<ns>\0<id>", task id, replace ('1'/'0'), then idx/frame pairs.
 PUT_WRITES = _lua(
     "put_writes",
     None,
@@ -494,7 +559,7 @@ return changed and 1 or 0
 """,
 )
 
-# ARGV: ns, id ('' for the latest), ttl ('' to leave it).
+# ARGV: ns, id ('' for the latest), expiry spec ('' to leave it).
 GET = _lua(
     "get",
     "allow-oom",
@@ -512,7 +577,7 @@ return e
 """,
 )
 
-# ARGV: 'i' or 'n' (which sorted set), max, min, count, ttl.
+# ARGV: 'i' or 'n' (which sorted set), max, min, count, expiry spec.
 # Returns {more, last member scanned, entries}.
 PAGE = _lua(
     "page",
@@ -554,7 +619,7 @@ return {redis.call('EXISTS', I), more, m}
 """,
 )
 
-# ARGV: ttl, then "<ns>\0<id>" fields. Returns the entries found.
+# ARGV: expiry spec, then "<ns>\0<id>" fields. Returns the entries found.
 FETCH = _lua(
     "fetch",
     "allow-oom",
@@ -582,7 +647,7 @@ local all = redis.call('HGETALL', H)
 local gone, refs = 0, {}
 for j = 1, #all, 2 do
   local f = all[j]
-  if f ~= MARK then
+  if not is_meta(f) then
     local h = cmsgpack.unpack(all[j + 1])
     if h[3] and runs[h[3]] then
       drop(f)
@@ -594,65 +659,10 @@ for j = 1, #all, 2 do
 end
 if gone > 0 then
   gc_blobs(refs)
-  if redis.call('EXISTS', I) == 0 then redis.call('HDEL', H, MARK) end
+  -- no checkpoint left: nor is the thread (its times and mark go too)
+  if redis.call('EXISTS', I) == 0 then redis.call('HDEL', H, MARK, CREATED, TOUCHED) end
 end
 return {gone, redis.call('EXISTS', I)}
-""",
-)
-
-# Returns 1 when a checkpoint's metadata has counters_since_delta_snapshot.
-HAS_DELTA = _lua(
-    "has_delta",
-    "no-writes",
-    r"""
-local all = redis.call('HGETALL', H)
-for j = 1, #all, 2 do
-  if all[j] ~= MARK and cmsgpack.unpack(all[j + 1])[5] then return 1 end
-end
-return 0
-""",
-)
-
-# Keeps each namespace's latest checkpoint (and, before format 4, its parent when
-# the parent's writes hold pending sends). Returns the number deleted, -1 if refused.
-PRUNE = _lua(
-    "prune",
-    "allow-oom",
-    r"""
-if redis.call('EXISTS', I) == 0 then return 0 end
-local all = redis.call('HGETALL', H)
-local hdrs = {}
-for j = 1, #all, 2 do
-  if all[j] ~= MARK then
-    local h = cmsgpack.unpack(all[j + 1])
-    if h[5] then return -1 end
-    hdrs[all[j]] = h
-  end
-end
-local heads = {}
-for _, m in ipairs(redis.call('ZRANGE', I, 0, -1)) do
-  local ns = split(m)
-  heads[ns] = m
-end
-local keep = {}
-for ns, m in pairs(heads) do
-  keep[m] = true
-  local h = hdrs[m]
-  if h and h[1] < 4 and h[2] and has_sends(ns .. SEP .. h[2]) then
-    keep[ns .. SEP .. h[2]] = true
-  end
-end
-local refs, gone = {}, 0
-for f, h in pairs(hdrs) do
-  if keep[f] then
-    mark_refs(f, h, refs)
-  else
-    drop(f)
-    gone = gone + 1
-  end
-end
-gc_blobs(refs)
-return gone
 """,
 )
 
@@ -672,7 +682,7 @@ return {redis.call('HGETALL', H), redis.call('HGETALL', C), redis.call('HGETALL'
 """,
 )
 
-# ARGV: ttl, mark, #blobs, #task fields, #task lists, then blob pairs, task-field
+# ARGV: expiry spec, mark, #blobs, #task fields, #task lists, then blob pairs, task-field
 # pairs, task-list pairs, and (field, header, payload) triples of records.
 # Existing entries of the target win; records (the visible part) are written last.
 MERGE = _lua(
@@ -773,12 +783,11 @@ DROP = _lua(
     "drop",
     "allow-oom",
     r"""
-for _, id in ipairs(redis.call('SMEMBERS', E)) do redis.call('UNLINK', E .. ':' .. id) end
-return redis.call('UNLINK', H, C, B, W, I, N, E)
+return drop_thread()
 """,
 )
 
-# KEYS: the thread's six, E, the entry. ARGV: write ttl, read ttl, effect id,
+# KEYS: the thread's six, E, the entry. ARGV: write spec, read spec, effect id,
 # lease_until, now, takeover ('1'/'0'), request type, request, call id.
 # Returns {won (1/0), fields in EFFECT_FIELDS order}.
 EFFECT_CLAIM = _lua(
@@ -816,7 +825,7 @@ return reply(0)
 """,
 )
 
-# KEYS: the thread's six, E, the entry. ARGV: ttl, token, outcome, result type,
+# KEYS: the thread's six, E, the entry. ARGV: expiry spec, token, outcome, result type,
 # result, now, call id. Returns 1 when recorded, 0 when refused (changes nothing).
 EFFECT_COMPLETE = _lua(
     "effect_complete",
@@ -848,7 +857,7 @@ return redis.call('DEL', KEYS[2])
 """,
 )
 
-# KEYS: the thread's six, E. ARGV: read ttl, SSCAN cursor, count.
+# KEYS: the thread's six, E. ARGV: read spec, SSCAN cursor, count.
 # Returns {next cursor, {{id, fields in EFFECT_FIELDS order}, ...}}.
 EFFECT_PAGE = _lua(
     "effect_page",
@@ -865,7 +874,7 @@ return {r[1], out}
 """,
 )
 
-# KEYS: the thread's six, E. ARGV: ttl, overwrite ('1': replace entries the thread
+# KEYS: the thread's six, E. ARGV: expiry spec, overwrite ('1': replace entries the thread
 # has, '0': keep them), then per entry: id, number of fields n, n field/value pairs.
 # Returns the number of entries written.
 EFFECT_WRITE = _lua(
@@ -903,8 +912,6 @@ SCRIPTS: tuple[LuaScript, ...] = (
     IDS,
     FETCH,
     DELETE_RUNS,
-    HAS_DELTA,
-    PRUNE,
     READ_ALL,
     MERGE,
     INDEX_PAGE,
@@ -995,6 +1002,14 @@ class KeyLayout:
     def key_tenants(self) -> str:
         """The set of tenants that have data keys."""
         return f"{self.prefix}:key-tenants"
+
+    def retention(self) -> str:
+        """The string holding the saver's retention policy (JSON; ``setup()`` writes it)."""
+        return f"{self.prefix}:retention"
+
+    def prune_lock(self) -> str:
+        """The string naming the running pruner (with a lease)."""
+        return f"{self.prefix}:prune-lock"
 
 
 def split_cluster_url(url: str) -> tuple[str, bool]:
@@ -1286,6 +1301,28 @@ class _Entry:
         )
 
 
+def expiry_spec(policy: Retention | None) -> str:
+    """The expiry spec a write passes its script (see ``expire_all`` in the scripts).
+
+    ``"0"``: no expiry (no policy, or ``keep_latest``, which the pruner carries
+    out); ``"<idle ms>:<absolute ms>"`` (either may be empty) under ``delete``.
+    """
+    if policy is None or policy.strategy != DELETE:
+        return "0"
+    idle = "" if policy.idle is None else str(max(1, round(policy.idle.total_seconds() * 1000)))
+    absolute = (
+        ""
+        if policy.absolute is None
+        else str(max(1, round(policy.absolute.total_seconds() * 1000)))
+    )
+    return f"{idle}:{absolute}"
+
+
+def _is_meta(f: bytes) -> bool:
+    """Whether a header-hash field is not a checkpoint (the mark, the thread's times)."""
+    return f == MARK.encode() or f[:2] == b"\x00\x00"
+
+
 def _first_error(results: Iterable[Any]) -> None:
     for result in results:
         if isinstance(result, DurableError):
@@ -1343,31 +1380,32 @@ class RedisOps:
 
     Args:
         prefix: Key prefix of every key the saver writes.
-        ttl_ms: Per-thread time to live in milliseconds, or None for none.
-        refresh_ttl_on_read: Whether reads also restart the thread's TTL.
+        refresh_ttl_on_read: Whether reads also count as writes for retention
+            (they restart the thread's idle time).
         page_size: Checkpoints per ``list`` round trip.
         codec: The checkpoint codec (owns the record pipeline).
         index_in_script: Whether ``put`` may touch the tenant's index in its
             script (one server, not a cluster, where the index is in another
             slot): a thread's first write is then one round trip too.
+        retention: The retention policy of a tenant (asked on every write), or
+            None: threads never expire by themselves.
     """
 
     def __init__(
         self,
         prefix: str,
-        ttl_ms: int | None,
         refresh_ttl_on_read: bool,
         page_size: int,
         codec: CheckpointCodec,
         index_in_script: bool = False,
+        retention: Callable[[str], Retention | None] | None = None,
     ) -> None:
         self.keys = KeyLayout(prefix)
         self._index_in_script = index_in_script
         self.codec = codec
         self.page_size = page_size
-        # '0' persists the thread's keys (no TTL), otherwise milliseconds.
-        self._write_ttl = "0" if ttl_ms is None else str(int(ttl_ms))
-        self._read_ttl = str(int(ttl_ms)) if (ttl_ms is not None and refresh_ttl_on_read) else ""
+        self._refresh_on_read = refresh_ttl_on_read
+        self._retention = retention
         # Threads this process added to their tenant's index whose mark is not yet
         # set; their next write sets it (saving a round trip on the first one).
         self._pending_marks: dict[tuple[str, str], None] = {}
@@ -1375,8 +1413,18 @@ class RedisOps:
     # ---- setup ---------------------------------------------------------------
 
     @operation
-    def setup(self, ttl_set: bool) -> Generator[Any, Any, SetupResult]:
-        """Check the servers, load the scripts, warn about unsafe configuration."""
+    def setup(
+        self, ttl_set: bool, retention: str | None = None
+    ) -> Generator[Any, Any, SetupResult]:
+        """Check the servers, load the scripts, warn about unsafe configuration.
+
+        Args:
+            ttl_set: Whether threads may have an expiry (for the eviction check).
+            retention: The saver's retention policy as JSON, stored for the CLI
+                (None leaves a stored one as it is).
+        """
+        from ._prune import PRUNE_SCRIPTS
+
         infos = yield Command(("INFO", "server"), every_primary=True)
         versions = tuple(_server_version(info) for info in infos)
         for text in versions:
@@ -1385,8 +1433,10 @@ class RedisOps:
                     f"Redis {text} is too old: the saver needs Redis 7.0 or later (or "
                     "Valkey 7.2 or later) for its Lua script flags"
                 )
-        for script in SCRIPTS:
+        for script in (*SCRIPTS, *PRUNE_SCRIPTS):
             yield Command(("SCRIPT LOAD", script.source))
+        if retention is not None:
+            yield Command(("SET", self.keys.retention(), retention))
         warnings: list[str] = []
         try:
             configs = yield Command(
@@ -1428,7 +1478,7 @@ class RedisOps:
         checkpoint_id = _ident(rec.checkpoint_id, "checkpoint id")
         if rec.parent_checkpoint_id is not None:
             _ident(rec.parent_checkpoint_id, "parent checkpoint id")
-        head = [self._write_ttl, ns, checkpoint_id]
+        head = [self._write_spec(tenant), ns, checkpoint_id]
         result = yield Script(PUT, keys, (*head, *self._put_args(tenant, thread, ns, rec)))
         if result and int(result[0]) < 0:
             self.codec.forget_thread(tenant, thread)
@@ -1444,7 +1494,7 @@ class RedisOps:
         return self.codec.config(key, checkpoint_id)
 
     def _put_args(self, tenant: str, thread: str, ns: str, rec: CheckpointRecord) -> list[Any]:
-        """PUT's arguments after ttl, ns and id (see the script)."""
+        """PUT's arguments after the expiry spec, ns and id (see the script)."""
         args: list[Any] = [
             encode_header(rec),
             encode_payload(rec),
@@ -1481,7 +1531,7 @@ class RedisOps:
         field = ns + SEP + _ident(checkpoint_id, "checkpoint id")
         task = _ident(task_id, "task id")
         records, replace = self.codec.encode_writes(key, checkpoint_id, writes, task, task_path)
-        args: list[Any] = [self._write_ttl, field, task, "1" if replace else "0"]
+        args: list[Any] = [self._write_spec(tenant), field, task, "1" if replace else "0"]
         for record in records:
             args.append(record.idx)
             args.append(encode_frame(record))
@@ -1497,6 +1547,26 @@ class RedisOps:
 
     def _mark_flag(self, tenant: str, thread: str) -> str:
         return "1" if (tenant, thread) in self._pending_marks else "0"
+
+    def _specs(self, tenant: str) -> tuple[str, str]:
+        """The expiry specs (see the scripts' ``expire_all``) of a write and of a read.
+
+        A write always records the thread's times; it sets an expiry only under a
+        ``delete`` policy with a time bound (``keep_latest`` leaves trimming to
+        the pruner: an expiry would delete the whole thread). A read records
+        and refreshes only with ``refresh_ttl_on_read`` and a policy.
+        """
+        policy = None if self._retention is None else self._retention(tenant)
+        if policy is None:
+            return "0", ""
+        write = expiry_spec(policy)
+        return write, write if self._refresh_on_read else ""
+
+    def _write_spec(self, tenant: str) -> str:
+        return self._specs(tenant)[0]
+
+    def _read_spec(self, tenant: str) -> str:
+        return self._specs(tenant)[1]
 
     def _register(
         self, tenant: str, thread: str, result: Sequence[Any]
@@ -1532,7 +1602,9 @@ class RedisOps:
         """The latest (or the given) checkpoint of a thread namespace: one round trip."""
         tenant, thread, ns = self._thread_parts(key)
         cid = _ident(checkpoint_id, "checkpoint id") if checkpoint_id else ""
-        raw = yield Script(GET, self.keys.thread(tenant, thread), (ns, cid, self._read_ttl))
+        raw = yield Script(
+            GET, self.keys.thread(tenant, thread), (ns, cid, self._read_spec(tenant))
+        )
         if not raw:
             return None
         return self.codec.decode(key, _Entry(raw, {}).stored(thread))
@@ -1573,11 +1645,12 @@ class RedisOps:
         keys = self.keys.thread(tenant, thread)
         remaining = limit
         memo = self.codec.list_memo()
+        read_spec = self._read_spec(tenant)
         while True:
             count = self.page_size
             if remaining is not None and wanted is None:
                 count = min(remaining, count)
-            more, last, entries = yield Script(PAGE, keys, (zset, hi, lo, count, self._read_ttl))
+            more, last, entries = yield Script(PAGE, keys, (zset, hi, lo, count, read_spec))
             seen: dict[tuple[str, str, str], Any] = {}
             for raw in entries:
                 entry = _Entry(raw, seen)
@@ -1629,6 +1702,7 @@ class RedisOps:
         yield from self._forget(tenant, gone)
         remaining = limit
         memo = self.codec.list_memo()
+        read_spec = self._read_spec(tenant)
         while heap:
             want = self.page_size
             if remaining is not None and wanted is None:
@@ -1656,7 +1730,7 @@ class RedisOps:
                     Script(
                         FETCH,
                         self.keys.thread(tenant, t),
-                        (self._read_ttl, *by_thread[t]),
+                        (read_spec, *by_thread[t]),
                     )
                     for t in order
                 )
@@ -1780,7 +1854,7 @@ class RedisOps:
         h, c, b, w, fx = yield Script(READ_ALL, self.keys.thread(tenant, source))
         yield from self._copy_effects(tenant, target, fx)
         payloads = dict(_pairs(c))
-        records = [(f, hdr, payloads.get(f, b"")) for f, hdr in _pairs(h) if f != MARK.encode()]
+        records = [(f, hdr, payloads.get(f, b"")) for f, hdr in _pairs(h) if not _is_meta(f)]
         if not records:
             return None
         blobs = list(_pairs(b))
@@ -1794,7 +1868,7 @@ class RedisOps:
             result = yield Script(
                 MERGE,
                 keys,
-                (self._write_ttl, self._mark_flag(tenant, target), *counts, *args),
+                (self._write_spec(tenant), self._mark_flag(tenant, target), *counts, *args),
             )
         yield from self._register(tenant, target, result)
         return None
@@ -1803,7 +1877,15 @@ class RedisOps:
     def prune(
         self, tenant: str, thread_ids: Sequence[str], strategy: str
     ) -> Generator[Any, Any, None]:
-        """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
+        """Prune threads: ``keep_latest`` or ``delete`` everything.
+
+        ``keep_latest`` keeps ``keep_set(..., 1)``: each namespace's latest
+        checkpoint with what it needs (the parent holding a format-1..3
+        checkpoint's sends; the ancestors a DeltaChannel value is rebuilt
+        from), and the blobs those read, delta bases included. Each thread is
+        trimmed by one script (a thread written between the read and the trim
+        is read again).
+        """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
                 f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
@@ -1812,23 +1894,52 @@ class RedisOps:
         if strategy == "delete":
             yield from self._delete_threads(tenant, threads)
             return None
+        from ._prune import trim_threads
+
         tenant = _ident(tenant, "tenant id")
         threads = [_ident(t, "thread_id") for t in threads]
-        # Refuse before changing anything, like the SQL backend's single transaction.
-        for chunk in _chunks(threads, BATCH_SIZE):
-            results = yield Batch(
-                tuple(Script(HAS_DELTA, self.keys.thread(tenant, t)) for t in chunk)
-            )
-            _first_error(results)
-            for thread, delta in zip(chunk, results, strict=True):
-                if int(delta):
-                    raise _delta_refusal(thread)
-        for chunk in _chunks(threads, BATCH_SIZE):
-            results = yield Batch(tuple(Script(PRUNE, self.keys.thread(tenant, t)) for t in chunk))
-            _first_error(results)
-            for thread, deleted in zip(chunk, results, strict=True):
-                if int(deleted) < 0:  # a DeltaChannel checkpoint arrived meanwhile
-                    raise _delta_refusal(thread)
+        yield from trim_threads(self.keys, tenant, threads, 1)
+        return None
+
+    @operation
+    def prune_expired(
+        self, request: PruneRequest, policy: Callable[[str], Retention | None] | None
+    ) -> Generator[Any, Any, None]:
+        """Delete or trim the threads retention says have expired; sweep the indexes.
+
+        Emits a ``PruneProgress`` after each batch, then one ``PruneReport``
+        (see ``_prune``). ``policy`` None: threads expire natively and the
+        run only removes the index entries of threads that are gone.
+        """
+        from ._prune import prune_expired
+
+        yield from prune_expired(self.keys, request, policy, self._forget_deleted)
+        return None
+
+    def _forget_deleted(self, tenant: str, thread: str) -> None:
+        """Forget what this process remembers of a thread it deleted."""
+        self._pending_marks.pop((tenant, thread), None)
+        self.codec.forget_thread(tenant, thread)
+
+    @operation
+    def retention_get(self) -> Generator[Any, Any, str | None]:
+        """The retention policy ``setup()`` stored (JSON), or None."""
+        raw = yield Command(("GET", self.keys.retention()))
+        return None if raw is None else _text(raw)
+
+    @operation
+    def retention_set(self, text: str | None) -> Generator[Any, Any, None]:
+        """Store a retention policy (JSON of ``Retention.to_json``); None deletes it.
+
+        Raises:
+            ConfigurationError: ``text`` is not a stored policy.
+        """
+        key = self.keys.retention()
+        if text is None:
+            yield Command(("DEL", key))
+            return None
+        policy = Retention.from_json(text)  # refuses what could not be read back
+        yield Command(("SET", key, policy.to_json()))
         return None
 
     # ---- effect journal --------------------------------------------------------
@@ -1863,12 +1974,13 @@ class RedisOps:
         restarts the thread's TTL, entries included.
         """
         effect_id, keys = self._effect_keys(tenant, thread, effect_id)
+        write_spec, read_spec = self._specs(_ident(tenant, "tenant id"))
         reply = yield Script(
             EFFECT_CLAIM,
             keys,
             (
-                self._write_ttl,
-                self._read_ttl,
+                write_spec,
+                read_spec,
                 effect_id,
                 _time(lease_until, "lease_until"),
                 _time(now, "now"),
@@ -1897,7 +2009,7 @@ class RedisOps:
             EFFECT_COMPLETE,
             keys,
             (
-                self._write_ttl,
+                self._write_spec(_ident(tenant, "tenant id")),
                 str(int(token)),
                 _ident(outcome, "effect outcome"),
                 _ident(result.type, "result type"),
@@ -1947,10 +2059,9 @@ class RedisOps:
         keys = (*self.keys.thread(tenant, thread), self.keys.effects(tenant, thread))
         found: dict[str, StoredEffect] = {}
         cursor: Any = "0"
+        read_spec = self._read_spec(tenant)
         while True:
-            cursor, rows = yield Script(
-                EFFECT_PAGE, keys, (self._read_ttl, cursor, EFFECT_PAGE_SIZE)
-            )
+            cursor, rows = yield Script(EFFECT_PAGE, keys, (read_spec, cursor, EFFECT_PAGE_SIZE))
             for raw_id, values in rows:
                 effect_id = _text(raw_id)
                 found[effect_id] = _decode_effect(effect_id, values, False)
@@ -1966,7 +2077,7 @@ class RedisOps:
         thread = _ident(thread, "thread_id")
         keys = (*self.keys.thread(tenant, thread), self.keys.effects(tenant, thread))
         args = _effect_args(effect)
-        yield Script(EFFECT_WRITE, keys, (self._write_ttl, "1", *args))
+        yield Script(EFFECT_WRITE, keys, (self._write_spec(tenant), "1", *args))
         return None
 
     def _copy_effects(
@@ -1978,15 +2089,16 @@ class RedisOps:
         keys = (*self.keys.thread(tenant, target), self.keys.effects(tenant, target))
         args: builtins.list[Any] = []
         size = 0
+        spec = self._write_spec(tenant)
         for raw_id, values in entries:
             item = _effect_fields(_text(raw_id), values)
             item_size = sum(len(part) for part in item)
             if args and size + item_size > COPY_CHUNK_BYTES:
-                yield Script(EFFECT_WRITE, keys, (self._write_ttl, "0", *args))
+                yield Script(EFFECT_WRITE, keys, (spec, "0", *args))
                 args, size = [], 0
             args.extend(item)
             size += item_size
-        yield Script(EFFECT_WRITE, keys, (self._write_ttl, "0", *args))
+        yield Script(EFFECT_WRITE, keys, (spec, "0", *args))
         return None
 
     # ---- data keys (envelope encryption) --------------------------------------
@@ -2073,13 +2185,6 @@ class RedisOps:
         """Every tenant with stored data keys (shredded ones included), sorted."""
         members = yield Command(("SMEMBERS", self.keys.key_tenants()))
         return sorted(_text(m) for m in members or ())
-
-
-def _delta_refusal(thread: str) -> UnsupportedOperationError:
-    return UnsupportedOperationError(
-        f"keep_latest cannot prune thread {thread!r}: it uses a DeltaChannel, "
-        "whose value is rebuilt from the checkpoints keep_latest would delete"
-    )
 
 
 # ---- effect journal helpers

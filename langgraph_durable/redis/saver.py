@@ -7,7 +7,11 @@ thread and hands the operation to its driver.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
+import sys
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -17,6 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
 from .._core.delta import DEFAULT_MAX_CHAIN
+from .._core.retention import Retention, RetentionPolicy
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
 from ..errors import ConfigurationError
@@ -34,12 +39,12 @@ class RedisOptions:
 
     Attributes:
         prefix: First part of every key the saver writes (no ``{``, ``}``).
-        ttl: Seconds a thread lives after its last write (a number or a
-            ``datetime.timedelta``; stored as seconds), or None to keep threads
-            until they are deleted. Every key of a thread (its effect-journal
-            entries included) gets the same expiry.
-        refresh_ttl_on_read: Whether ``get_tuple`` and ``list`` also restart
-            the TTL of the threads they read.
+        ttl: Deprecated: pass ``retention=Retention(idle=...)`` to the saver.
+            Seconds a thread lives after its last write (a number or a
+            ``datetime.timedelta``; stored as seconds), or None. A saver given
+            one applies ``Retention(idle=ttl)`` and warns.
+        refresh_ttl_on_read: Whether ``get_tuple`` and ``list`` also count as
+            writes for retention (they restart a thread's idle time).
         default_tenant: Tenant used when a call names none.
         page_size: Checkpoints fetched per ``list`` round trip (1-1000).
         delta_chain: A list channel that grows by appending (``messages``) is
@@ -81,8 +86,47 @@ class RedisOptions:
 
     @property
     def ttl_ms(self) -> int | None:
-        """The TTL in whole milliseconds (at least 1), or None."""
+        """The TTL in whole milliseconds (at least 1), or None (deprecated with ``ttl``)."""
         return None if self.ttl is None else max(1, round(self.ttl * 1000))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CONTEXTLIB = os.path.abspath(contextlib.__file__)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that makes a warning name the first caller outside the package.
+
+    Counted from the function that calls this one (``from_conn_string`` goes
+    through contextlib, whose frames are skipped too).
+    """
+    level, frame = 2, sys._getframe(2)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name.startswith(_PACKAGE_DIR + os.sep) or name == _CONTEXTLIB):
+            return level
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def _retention_setting(
+    options: RedisOptions, retention: Retention | RetentionPolicy | None
+) -> Retention | RetentionPolicy | None:
+    """The saver's retention, with the deprecated ``ttl`` turned into ``Retention(idle=ttl)``."""
+    if options.ttl is None:
+        return retention
+    if retention is not None:
+        raise ConfigurationError(
+            "pass retention= or the deprecated ttl=, not both: "
+            f"retention=Retention(idle={options.ttl!r}) is what ttl={options.ttl!r} means"
+        )
+    warnings.warn(
+        f"ttl= is deprecated: pass retention=Retention(idle={options.ttl!r}) "
+        "(from langgraph_durable import Retention) instead",
+        DeprecationWarning,
+        stacklevel=_caller_level(),
+    )
+    return Retention(idle=datetime.timedelta(seconds=options.ttl))
 
 
 def _check_int(name: str, value: Any, low: int, high: int, note: str) -> None:
@@ -114,6 +158,7 @@ class _RedisSaverBase(DurableSaverBase):
         options: RedisOptions | None = None,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
+        retention: Retention | RetentionPolicy | None = None,
     ) -> None:
         if options is None:
             options = RedisOptions(
@@ -127,8 +172,11 @@ class _RedisSaverBase(DurableSaverBase):
         elif not isinstance(options, RedisOptions):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
+        retention = _retention_setting(options, retention)
         self._conn = self._driver_type(conn)
-        self._init_base(serde, tenant, options.default_tenant, encryption, redaction)
+        self._init_base(
+            serde, tenant, options.default_tenant, encryption, redaction, retention=retention
+        )
 
     def _delta_chain(self) -> int:
         return self.options.delta_chain
@@ -137,11 +185,11 @@ class _RedisSaverBase(DurableSaverBase):
         o = self.options
         return RedisOps(
             o.prefix,
-            o.ttl_ms,
             o.refresh_ttl_on_read,
             o.page_size,
             codec,
             index_in_script=not self._conn.cluster,
+            retention=None if self.retention is None else self._retention_for,
         )
 
     @property
@@ -160,7 +208,9 @@ class _RedisSaverBase(DurableSaverBase):
         return self._conn.client
 
     def _setup_op(self) -> Operation[SetupResult]:
-        return self._ops.setup(self.options.ttl is not None)
+        retention = self.retention
+        stored = retention.to_json() if isinstance(retention, Retention) else None
+        return self._ops.setup(retention is not None, stored)
 
 
 class RedisSaver(SyncSaverMethods, _RedisSaverBase):
@@ -173,9 +223,16 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
             ``rediss+cluster://`` or ``?cluster=true`` for a cluster), for which
             the saver opens and owns a client.
         prefix: First part of every key the saver writes.
-        ttl: Seconds (or a ``timedelta``) a thread lives after its last write;
-            None keeps threads until deleted.
-        refresh_ttl_on_read: Whether reads also restart a thread's TTL.
+        retention: How long threads are kept: a
+            :class:`~langgraph_durable.Retention`, or a callable
+            ``tenant -> Retention | None`` (asked on every write); None keeps
+            threads until deleted. Under ``strategy="delete"`` a thread's keys
+            expire natively, together, at min(last write + idle, creation +
+            absolute); ``keep_latest`` is carried out by ``prune_expired``.
+        ttl: Deprecated alias: ``ttl=X`` means ``retention=Retention(idle=X)``
+            (and warns); giving both is a ``ConfigurationError``.
+        refresh_ttl_on_read: Whether reads also count as writes for retention
+            (they restart a thread's idle time).
         serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
         tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
             tenant id, or a callable ``(config) -> tenant id``.
@@ -185,7 +242,7 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
             that grows by appending; 0 stores every version in full.
         options: A :class:`RedisOptions`; when given it replaces the option
             arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
-            page_size, delta_chain).
+            page_size, delta_chain; not retention).
         encryption: Envelope encryption of every stored payload
             (:class:`~langgraph_durable.protect.Encryption`); None: off.
         redaction: PII redaction before anything is stored
@@ -220,7 +277,9 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
         """Check the server (Redis >= 7.0 or Valkey), load the scripts, check eviction.
 
         Safe to call any number of times from any number of processes. Logs a
-        warning when the server may evict checkpoints on its own.
+        warning when the server may evict checkpoints on its own. A saver whose
+        ``retention`` is a :class:`~langgraph_durable.Retention` (not a
+        callable) stores it as JSON in ``<prefix>:retention`` for the CLI.
         """
         return self._run(self._setup_op())  # type: ignore[no-any-return]
 

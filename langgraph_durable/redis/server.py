@@ -13,9 +13,15 @@ Settings come from the environment:
 ``LGD_REDIS_URL``                      ``redis://``, ``rediss://`` or
                                        ``redis+cluster://`` URL (required)
 ``LGD_REDIS_PREFIX``                   key prefix (default ``lgd``)
-``LGD_REDIS_TTL``                      seconds a thread lives after its last write
-                                       (default: no expiry)
-``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads restart the TTL too
+``LGD_RETENTION_IDLE``                 retention: ``30d`` etc.; also
+                                       ``LGD_RETENTION_ABSOLUTE``,
+                                       ``LGD_RETENTION_STRATEGY`` (``delete`` or
+                                       ``keep-latest``), ``LGD_RETENTION_KEEP``
+                                       (see ``langgraph_durable._server.retention_from_env``)
+``LGD_REDIS_TTL``                      deprecated (``LGD_RETENTION_IDLE``): seconds a
+                                       thread lives after its last write
+``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads count as writes for
+                                       retention
 ``LGD_REDIS_SETUP``                    ``off`` skips ``setup()`` at start
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
                                        ``LGD_KMS_KEY_ID`` with AWS KMS; the
@@ -33,7 +39,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import encryption_from_env, env_flag, env_required, set_up_saver
+from .._server import (
+    encryption_from_env,
+    env_flag,
+    env_required,
+    retention_from_env,
+    set_up_saver,
+)
 from ..errors import ConfigurationError
 from .saver import AsyncRedisSaver
 
@@ -61,7 +73,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             raise ConfigurationError(
                 f"LGD_REDIS_TTL must be a number of seconds, got {ttl_text!r}"
             ) from None
-    return {
+    settings: dict[str, Any] = {
         "conn": url,
         "prefix": env.get("LGD_REDIS_PREFIX", "lgd").strip() or "lgd",
         "ttl": ttl,
@@ -69,6 +81,14 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "encryption": encryption_from_env(env),
         "setup": env_flag(env, "LGD_REDIS_SETUP", True),
     }
+    retention = retention_from_env(env)
+    if retention is not None:
+        if ttl is not None:
+            raise ConfigurationError(
+                "set LGD_RETENTION_IDLE (e.g. 30d) or the deprecated LGD_REDIS_TTL, not both"
+            )
+        settings["retention"] = retention
+    return settings
 
 
 @asynccontextmanager

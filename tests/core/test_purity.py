@@ -12,6 +12,7 @@ FORBIDDEN = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotoco
 PURE_MODULES = sorted((PKG / "_core").glob("*.py")) + [
     PKG / "postgres" / "_sql.py",
     PKG / "postgres" / "_prune.py",
+    PKG / "redis" / "_prune.py",
     PKG / "redis" / "_ops.py",
     PKG / "dynamodb" / "_ops.py",
     PKG / "effects" / "_flow.py",

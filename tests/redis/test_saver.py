@@ -21,7 +21,6 @@ from langgraph_durable.errors import (
     InvalidInputError,
     StorageError,
     StorageUnavailableError,
-    UnsupportedOperationError,
 )
 from langgraph_durable.redis import AsyncRedisSaver, RedisOptions, RedisSaver
 from langgraph_durable.redis._ops import SCRIPTS, Batch, Script
@@ -451,13 +450,14 @@ def test_unchanged_blob_survives_keep_latest(saver: RedisSaver) -> None:
     assert saver.client.hlen(saver.keys.thread("default", "t")[2]) == 2
 
 
-def test_prune_refuses_delta_channel_threads_before_changing_anything(saver: RedisSaver) -> None:
+def test_prune_keeps_what_delta_channel_threads_need(saver: RedisSaver) -> None:
     put_chain(saver, "plain", 3)
-    saver.put(cfg("d"), make_cp(), {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
-    with pytest.raises(UnsupportedOperationError, match="DeltaChannel"):
-        saver.prune(["plain", "d"])
-    assert len(list(saver.list(cfg("plain")))) == 3  # nothing pruned, in any thread
-    assert saver.get_tuple(cfg("d")) is not None
+    first = saver.put(cfg("d"), make_cp(), {}, {})
+    second = saver.put(first, make_cp(), {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
+    saver.put(second, make_cp(), {"counters_since_delta_snapshot": {"m": [2, 2]}}, {})
+    saver.prune(["plain", "d"])
+    assert len(list(saver.list(cfg("plain")))) == 1
+    assert len(list(saver.list(cfg("d")))) == 3  # the chain back to a snapshot
     with pytest.raises(InvalidInputError, match="strategy"):
         saver.prune(["d"], strategy="everything")
     saver.prune(["plain", "d"], strategy="delete")

@@ -1,0 +1,722 @@
+"""The Redis pruner: expired threads deleted or trimmed, tenant indexes swept.
+
+Pure like ``_ops`` (no redis import, no I/O): generators that yield requests
+and receive their results. The decisions come from the pure core
+(``langgraph_durable._core.retention``): whether a thread has expired
+(``thread_expired``) and which checkpoints ``keep_latest`` keeps
+(``keep_set``); the scripts below only read what those need and carry out the
+answer, each on one thread, atomically, in the thread's slot.
+
+A run, for each thread of each tenant index (``P:threads:{tenant}``, read with
+ZSCAN so entries removed meanwhile never make it skip others):
+
+1. ``PRUNE_INSPECT`` reads whether the thread still exists, its creation and
+   last-write times, its latest checkpoint id and the size of its header hash.
+2. A thread that is gone (expired natively, deleted elsewhere) loses its index
+   entry (the sweep). A thread the policy says has expired is deleted whole
+   (``PRUNE_DROP``, the same deletion as ``delete_thread``) or trimmed
+   (``PRUNE_NODES`` reads its checkpoints' parents and flags, ``keep_set``
+   plans, ``PRUNE_TRIM`` deletes the rest and the blobs nothing kept needs).
+3. ``PRUNE_DROP`` and ``PRUNE_TRIM`` first check that the thread is as it was
+   read (its last-write time and header-hash size); a thread written meanwhile
+   is looked at again (up to ``ATTEMPTS`` times in a run).
+
+Every change is one script on one thread, so a run killed at any point leaves
+each thread whole or gone; the index entry of a thread deleted just before the
+kill is swept by the next run. One pruner runs at a time: ``P:prune-lock``
+holds its name (``pruner_identity``) with a lease of ``LOCK_LEASE_SECONDS``,
+renewed after every batch; a holder that is a dead process on this host is
+taken over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.retention import (
+    DELETE,
+    LOCK_LEASE_SECONDS,
+    CheckpointNode,
+    PruneProgress,
+    PruneReport,
+    PruneRequest,
+    Retention,
+    holder_gone,
+    keep_set,
+    pruner_identity,
+    thread_expired,
+)
+from .._core.sansio import Blocking, Emit
+from ..errors import DurableError, StorageError
+from ._ops import (
+    INDEX_FORGET,
+    Batch,
+    Command,
+    KeyLayout,
+    ScanKeys,
+    Script,
+    _chunks,
+    _first_error,
+    _ident,
+    _index_lua,
+    _lua,
+    _text,
+)
+
+__all__ = ["PRUNE_SCRIPTS", "prune_expired", "trim_threads", "checkpoint_seconds"]
+
+log = logging.getLogger("langgraph_durable.redis")
+
+#: Times a run looks again at a thread that was written while it was pruned.
+ATTEMPTS = 3
+#: Tenant index entries read per ZSCAN (a hint).
+SCAN_COUNT = 500
+#: Pipelined scripts per request when trimming named threads (``prune``).
+TRIM_CHUNK = 100
+#: Stands for "whatever the thread's last-write time" in PRUNE_TRIM.
+ANY_TIME = "*"
+#: 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
+_UUID_EPOCH = 0x01B21DD213814000
+
+# ---------------------------------------------------------------- Lua
+
+_PRUNE_PRELUDE = r"""
+local function hash_bytes(key)
+  local n = 0
+  for _, f in ipairs(redis.call('HKEYS', key)) do n = n + redis.call('HSTRLEN', key, f) end
+  return n
+end
+
+-- Stored bytes of the whole thread: every value of its hashes and journal entries.
+local function thread_bytes()
+  local n = hash_bytes(H) + hash_bytes(C) + hash_bytes(B) + hash_bytes(W)
+  for _, id in ipairs(redis.call('SMEMBERS', E)) do n = n + hash_bytes(E .. ':' .. id) end
+  return n
+end
+
+-- Stored bytes of one checkpoint: header, payload, its task list and writes.
+local function checkpoint_bytes(f)
+  local n = redis.call('HSTRLEN', H, f) + redis.call('HSTRLEN', C, f) +
+    redis.call('HSTRLEN', W, f)
+  for _, task in ipairs(tasks_of(f)) do n = n + redis.call('HSTRLEN', W, f .. SEP .. task) end
+  return n
+end
+
+-- Whether the thread is as the pruner read it: its header hash has as many
+-- fields, and (unless touched is '*') its last write is the one it read.
+local function unchanged(hlen, touched)
+  if redis.call('HLEN', H) ~= tonumber(hlen) then return false end
+  return touched == '*' or (redis.call('HGET', H, TOUCHED) or '') == touched
+end
+"""
+
+
+def _prune_lua(name: str, flags: str | None, body: str) -> Any:
+    return _lua(name, flags, _PRUNE_PRELUDE + "\n" + body.strip())
+
+
+# Returns {exists (I), created, touched ('' where missing), latest "<id>\0<ns>"
+# ('' for none), fields of the header hash}.
+PRUNE_INSPECT = _prune_lua(
+    "prune_inspect",
+    "no-writes",
+    r"""
+local last = redis.call('ZREVRANGE', N, 0, 0)
+return {redis.call('EXISTS', I), redis.call('HGET', H, CREATED) or '',
+        redis.call('HGET', H, TOUCHED) or '', last[1] or '', redis.call('HLEN', H)}
+""",
+)
+
+# ARGV: header-hash fields, last-write time (as PRUNE_INSPECT read them), dry run
+# ('1'/'0'). Returns {status, checkpoints, bytes}: status 1 deleted (or, dry,
+# would be), 0 the thread is gone, -1 it changed since it was read (untouched).
+PRUNE_DROP = _prune_lua(
+    "prune_drop",
+    "allow-oom",
+    r"""
+if redis.call('EXISTS', I) == 0 then return {0, 0, 0} end
+if not unchanged(ARGV[1], ARGV[2]) then return {-1, 0, 0} end
+local n, bytes = redis.call('ZCARD', I), thread_bytes()
+if ARGV[3] ~= '1' then drop_thread() end
+return {1, n, bytes}
+""",
+)
+
+# What keep_set needs of every checkpoint. Returns {exists (I), header-hash
+# fields, last-write time, {field, v, parent ('' for none), DeltaChannel flag,
+# parent's writes hold sends (format < 4 only), ...}}.
+PRUNE_NODES = _prune_lua(
+    "prune_nodes",
+    "no-writes",
+    r"""
+local out = {}
+local all = redis.call('HGETALL', H)
+for j = 1, #all, 2 do
+  local f = all[j]
+  if not is_meta(f) then
+    local h = cmsgpack.unpack(all[j + 1])
+    local sends = 0
+    if h[1] < 4 and h[2] then
+      local ns = split(f)
+      if has_sends(ns .. SEP .. h[2]) then sends = 1 end
+    end
+    out[#out + 1] = f
+    out[#out + 1] = h[1]
+    out[#out + 1] = h[2] or ''
+    out[#out + 1] = h[5] and 1 or 0
+    out[#out + 1] = sends
+  end
+end
+return {redis.call('EXISTS', I), redis.call('HLEN', H), redis.call('HGET', H, TOUCHED) or '',
+        out}
+""",
+)
+
+# ARGV: header-hash fields and last-write time as read ('*': any), dry run
+# ('1'/'0'), then the fields of the checkpoints to delete. Deletes them with
+# their writes, then every blob no remaining checkpoint reads (a delta's bases
+# included). Returns {status, checkpoints, bytes} as PRUNE_DROP.
+PRUNE_TRIM = _prune_lua(
+    "prune_trim",
+    "allow-oom",
+    r"""
+if redis.call('EXISTS', I) == 0 then return {0, 0, 0} end
+if not unchanged(ARGV[1], ARGV[2]) then return {-1, 0, 0} end
+local dry = ARGV[3] == '1'
+local gone, n, bytes = {}, 0, 0
+for j = 4, #ARGV do
+  local f = ARGV[j]
+  if not gone[f] and not is_meta(f) and redis.call('HEXISTS', H, f) == 1 then
+    gone[f] = true
+    n = n + 1
+    bytes = bytes + checkpoint_bytes(f)
+  end
+end
+local refs = {}
+local all = redis.call('HGETALL', H)
+for j = 1, #all, 2 do
+  local f = all[j]
+  if not is_meta(f) and not gone[f] then mark_refs(f, cmsgpack.unpack(all[j + 1]), refs) end
+end
+for _, bf in ipairs(redis.call('HKEYS', B)) do
+  if not refs[bf] then
+    bytes = bytes + redis.call('HSTRLEN', B, bf)
+    if not dry then redis.call('HDEL', B, bf) end
+  end
+end
+if not dry then
+  for f in pairs(gone) do drop(f) end
+end
+return {1, n, bytes}
+""",
+)
+
+# KEYS: a tenant's index. ARGV: cursor, count. {next cursor, {member, score, ...}}.
+INDEX_SCAN = _index_lua(
+    "index_scan",
+    "no-writes",
+    "return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])",
+)
+
+# KEYS: the lock. ARGV: this pruner, lease (ms), a holder to take over ('' for
+# none). Takes (or renews) the lock when it is free, held by this pruner or by
+# that holder. Returns {1} or {0, the holder}.
+LOCK_TAKE = _index_lua(
+    "prune_lock_take",
+    "allow-oom",
+    r"""
+local cur = redis.call('GET', KEYS[1])
+if not cur or cur == ARGV[1] or (ARGV[3] ~= '' and cur == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1}
+end
+return {0, cur}
+""",
+)
+
+# KEYS: the lock. ARGV: this pruner. Deletes the lock if this pruner holds it.
+LOCK_RELEASE = _index_lua(
+    "prune_lock_release",
+    "allow-oom",
+    r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""",
+)
+
+#: The pruner's scripts, for ``setup()`` to load.
+PRUNE_SCRIPTS = (
+    PRUNE_INSPECT,
+    PRUNE_DROP,
+    PRUNE_NODES,
+    PRUNE_TRIM,
+    INDEX_SCAN,
+    LOCK_TAKE,
+    LOCK_RELEASE,
+)
+
+# ---------------------------------------------------------------- helpers
+
+
+def checkpoint_seconds(checkpoint_id: str) -> float | None:
+    """When a uuid6 checkpoint id (LangGraph's) was made, in Unix seconds; else None."""
+    try:
+        value = uuid.UUID(checkpoint_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if value.version != 6:
+        return None
+    stamp = ((value.int >> 80) << 12) | ((value.int >> 64) & 0xFFF)
+    return (stamp - _UUID_EPOCH) / 1e7
+
+
+def _ms(raw: Any) -> float | None:
+    """A stored server time (ms, text) in Unix seconds; None when missing or unreadable."""
+    text = _text(raw) if raw is not None else ""
+    try:
+        return float(text) / 1000.0 if text else None
+    except ValueError:
+        return None
+
+
+_GLOB = re.compile(r"([*?\[\]\\])")
+_TAG_CODES = re.compile(r"%(25|3A|7B|7D)")
+_TAG_CHARS = {"25": "%", "3A": ":", "7B": "{", "7D": "}"}
+
+
+def _index_pattern(keys: KeyLayout) -> str:
+    """A SCAN pattern matching every tenant index of the prefix."""
+    return _GLOB.sub(r"\\\1", keys.prefix) + ":threads:{*}"
+
+
+def _index_tenant(keys: KeyLayout, key: Any) -> str | None:
+    """The tenant of a tenant-index key name (None for another key)."""
+    text = _text(key)
+    head = keys.prefix + ":threads:{"
+    if not text.startswith(head) or not text.endswith("}"):
+        return None
+    body = text[len(head) : -1]
+    if "{" in body or "}" in body:
+        return None
+    return _TAG_CODES.sub(lambda m: _TAG_CHARS[m.group(1)], body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One tenant-index entry: a thread and the score it was registered with."""
+
+    tenant: str
+    thread: str
+    score: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What PRUNE_INSPECT read of a thread the pruner acts on."""
+
+    item: _Item
+    hlen: str
+    touched: str
+
+
+class _IndexWalk:
+    """Reads the tenant indexes, one ZSCAN page at a time, each thread once."""
+
+    def __init__(self, keys: KeyLayout, tenants: Sequence[str]) -> None:
+        self._keys = keys
+        self._tenants = list(tenants)
+        self._tenant: str | None = None
+        self._cursor = "0"
+        self._buffer: list[_Item] = []
+        self._seen: set[str] = set()
+
+    def more(self) -> bool:
+        """Whether entries may remain."""
+        return bool(self._buffer or self._tenant is not None or self._tenants)
+
+    def take(self, n: int) -> Generator[Any, Any, list[_Item]]:
+        """Up to ``n`` entries (fewer only when the indexes are exhausted)."""
+        while len(self._buffer) < n and (self._tenant is not None or self._tenants):
+            if self._tenant is None:
+                self._tenant = self._tenants.pop(0)
+                self._cursor = "0"
+                self._seen = set()
+            index = self._keys.tenant_index(self._tenant)
+            cursor, flat = yield Script(INDEX_SCAN, (index,), (self._cursor, SCAN_COUNT))
+            for j in range(0, len(flat) - 1, 2):
+                thread = _text(flat[j])
+                if thread not in self._seen:
+                    self._seen.add(thread)
+                    self._buffer.append(_Item(self._tenant, thread, bytes(flat[j + 1])))
+            self._cursor = _text(cursor)
+            if self._cursor == "0":
+                self._tenant = None
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
+
+
+def _expired(policy: Retention, raw: Sequence[Any], item: _Item, now: float) -> bool:
+    """Whether a thread PRUNE_INSPECT read has expired under ``policy`` at ``now``.
+
+    Created: the stored creation time, else when the thread joined its index.
+    Updated: the stored last-write time; a thread written before the saver
+    stored it counts as last written when its latest checkpoint was made (the
+    uuid6 time of its id), or else when it was created.
+    """
+    _exists, created_raw, touched_raw, latest, _hlen = raw
+    created = _ms(created_raw)
+    if created is None:
+        created = _ms(item.score)
+    updated = _ms(touched_raw)
+    if updated is None:
+        latest_id = _text(latest).partition("\x00")[0]
+        updated = checkpoint_seconds(latest_id) if latest_id else None
+        if updated is None:
+            updated = created
+    return thread_expired(policy, created, updated, now)
+
+
+# ---------------------------------------------------------------- the run
+
+
+class _Run:
+    """One pruner run's state: the report, the policies, the requests' builders."""
+
+    def __init__(
+        self,
+        keys: KeyLayout,
+        request: PruneRequest,
+        policy: Callable[[str], Retention | None] | None,
+        forget_thread: Callable[[str, str], None],
+    ) -> None:
+        self.keys = keys
+        self.request = request
+        self.dry = "1" if request.dry_run else "0"
+        self.report = PruneReport(dry_run=request.dry_run)
+        self._policy = policy
+        self._policies: dict[str, Retention | None] = {}
+        self._forget_thread = forget_thread
+
+    def policy(self, tenant: str) -> Retention | None:
+        """The tenant's policy (asked once per run)."""
+        if self._policy is None:
+            return None
+        if tenant not in self._policies:
+            self._policies[tenant] = self._policy(tenant)
+        return self._policies[tenant]
+
+    def thread_keys(self, item: _Item) -> tuple[str, ...]:
+        return self.keys.thread(item.tenant, item.thread)
+
+    def batch(self, items: Sequence[_Item]) -> Generator[Any, Any, None]:
+        """Prune one batch of threads; threads written meanwhile are looked at again."""
+        todo = list(items)
+        for _ in range(ATTEMPTS):
+            todo = yield from self._once(todo)
+            if not todo:
+                return None
+        log.info(
+            "pruner: %d thread(s) kept changing while being pruned; the next run prunes them",
+            len(todo),
+        )
+        return None
+
+    def _once(self, items: Sequence[_Item]) -> Generator[Any, Any, list[_Item]]:
+        if not items:
+            return []
+        now = self.request.now
+        results = yield Batch(tuple(Script(PRUNE_INSPECT, self.thread_keys(i)) for i in items))
+        _first_error(results)
+        gone: list[_Item] = []
+        drops: list[_Seen] = []
+        trims: list[_Seen] = []
+        for item, raw in zip(items, results, strict=True):
+            if not int(raw[0]):
+                gone.append(item)
+                continue
+            policy = self.policy(item.tenant)
+            if policy is None:
+                continue  # native expiry (or nothing) applies: only the sweep
+            if _expired(policy, raw, item, now):
+                seen = _Seen(item, str(int(raw[4])), _text(raw[2]))
+                (drops if policy.strategy == DELETE else trims).append(seen)
+        retry: list[_Item] = []
+        deleted = yield from self._drop(drops, gone, retry)
+        yield from self._trim(trims, gone, retry)
+        yield from self._sweep(gone, deleted)
+        return retry
+
+    def _drop(
+        self, drops: Sequence[_Seen], gone: list[_Item], retry: list[_Item]
+    ) -> Generator[Any, Any, list[_Item]]:
+        deleted: list[_Item] = []
+        if not drops:
+            return deleted
+        results = yield Batch(
+            tuple(
+                Script(PRUNE_DROP, self.thread_keys(s.item), (s.hlen, s.touched, self.dry))
+                for s in drops
+            )
+        )
+        _first_error(results)
+        report = self.report
+        for seen, (status, checkpoints, size) in zip(drops, results, strict=True):
+            item = seen.item
+            if int(status) == 1:
+                report.threads += 1
+                report.checkpoints += int(checkpoints)
+                report.bytes += int(size)
+                report.record(item.tenant, item.thread)
+                if not self.request.dry_run:
+                    self._forget_thread(item.tenant, item.thread)
+                    deleted.append(item)
+            elif int(status) == 0:
+                gone.append(item)
+            else:
+                retry.append(item)
+        return deleted
+
+    def _trim(
+        self, trims: Sequence[_Seen], gone: list[_Item], retry: list[_Item]
+    ) -> Generator[Any, Any, None]:
+        if not trims:
+            return None
+        results = yield Batch(tuple(Script(PRUNE_NODES, self.thread_keys(s.item)) for s in trims))
+        _first_error(results)
+        plans: list[tuple[_Seen, list[bytes]]] = []
+        for seen, (exists, hlen, touched, flat) in zip(trims, results, strict=True):
+            if not int(exists):
+                gone.append(seen.item)
+            elif str(int(hlen)) != seen.hlen or _text(touched) != seen.touched:
+                retry.append(seen.item)  # written since it was inspected
+            else:
+                policy = self.policy(seen.item.tenant)
+                keep = policy.keep if policy is not None else 1
+                drop = _plan(flat, keep)
+                if drop:
+                    plans.append((seen, drop))
+        if not plans:
+            return None
+        results = yield Batch(
+            tuple(
+                Script(
+                    PRUNE_TRIM,
+                    self.thread_keys(s.item),
+                    (s.hlen, s.touched, self.dry, *drop),
+                )
+                for s, drop in plans
+            )
+        )
+        _first_error(results)
+        report = self.report
+        for (seen, _drop_fields), (status, checkpoints, size) in zip(plans, results, strict=True):
+            item = seen.item
+            if int(status) == 1:
+                if int(checkpoints):
+                    report.trimmed += 1
+                    report.checkpoints += int(checkpoints)
+                    report.bytes += int(size)
+                    report.record(item.tenant, item.thread)
+            elif int(status) == 0:
+                gone.append(item)
+            else:
+                retry.append(item)
+        return None
+
+    def _sweep(self, gone: Sequence[_Item], deleted: Sequence[_Item]) -> Generator[Any, Any, None]:
+        """Drop the index entries of threads that are gone (counted) or just deleted."""
+        if self.request.dry_run:
+            self.report.index_entries += len(gone)
+            return None
+        entries = [*gone, *deleted]
+        if not entries:
+            return None
+        results = yield Batch(
+            tuple(
+                Script(
+                    INDEX_FORGET,
+                    (self.keys.tenant_index(i.tenant),),
+                    (i.thread, i.score),
+                )
+                for i in entries
+            )
+        )
+        for item, result in zip(entries[: len(gone)], results, strict=False):
+            if isinstance(result, DurableError):
+                log.info("pruner: could not drop thread %r from its index: %s", item.thread, result)
+            elif int(result):
+                self.report.index_entries += 1
+        for result in results[len(gone) :]:
+            if isinstance(result, DurableError):  # the next run sweeps it
+                log.info("pruner: a deleted thread's index entry stays until the next run")
+        return None
+
+
+def _plan(flat: Sequence[Any], keep: int) -> list[bytes]:
+    """The header-hash fields of the checkpoints ``keep_set`` does not keep."""
+    nodes: list[CheckpointNode] = []
+    fields: dict[tuple[str, str], bytes] = {}
+    for j in range(0, len(flat) - 4, 5):
+        f = bytes(flat[j])
+        ns, _, cid = f.decode().partition("\x00")
+        parent = _text(flat[j + 2])
+        nodes.append(
+            CheckpointNode(
+                ns=ns,
+                checkpoint_id=cid,
+                parent_id=parent or None,
+                version=int(flat[j + 1]),
+                delta=bool(int(flat[j + 3])),
+                parent_sends=bool(int(flat[j + 4])),
+            )
+        )
+        fields[(ns, cid)] = f
+    kept = keep_set(nodes, keep)
+    return [f for where, f in sorted(fields.items()) if where not in kept]
+
+
+def _take_lock(lock: str, me: str) -> Generator[Any, Any, bool]:
+    """Take the pruner's lock; a dead holder on this host is taken over."""
+    lease = str(int(LOCK_LEASE_SECONDS * 1000))
+    reply = yield Script(LOCK_TAKE, (lock,), (me, lease, ""))
+    if int(reply[0]):
+        return True
+    holder = _text(reply[1])
+    if not (yield Blocking(holder_gone, (holder,))):
+        return False
+    log.warning("pruner: taking over the lock of %s, a process that is gone", holder)
+    reply = yield Script(LOCK_TAKE, (lock,), (me, lease, holder))
+    return bool(int(reply[0]))
+
+
+def _renew_lock(lock: str, me: str) -> Generator[Any, Any, bool]:
+    lease = str(int(LOCK_LEASE_SECONDS * 1000))
+    reply = yield Script(LOCK_TAKE, (lock,), (me, lease, ""))
+    return bool(int(reply[0]))
+
+
+def _tenants(keys: KeyLayout, tenant: str | None) -> Generator[Any, Any, list[str]]:
+    if tenant is not None:
+        return [_ident(tenant, "tenant id")]
+    found = yield ScanKeys(_index_pattern(keys), 1000)
+    names = {name for name in (_index_tenant(keys, key) for key in found) if name is not None}
+    return sorted(names)
+
+
+def prune_expired(
+    keys: KeyLayout,
+    request: PruneRequest,
+    policy: Callable[[str], Retention | None] | None,
+    forget_thread: Callable[[str, str], None],
+) -> Generator[Any, Any, None]:
+    """The pruner run (see the module docstring); emits progress, then its report.
+
+    Args:
+        keys: The saver's key layout.
+        request: What to prune and how.
+        policy: A tenant's policy, or None: the threads' native expiry applies
+            and the run only sweeps the indexes.
+        forget_thread: Called for each thread deleted (the codec's and the
+            registration memory of it).
+    """
+    started = request.monotonic()
+    run = _Run(keys, request, policy, forget_thread)
+    report = run.report
+    me = pruner_identity()
+    lock = keys.prune_lock()
+    if not (yield from _take_lock(lock, me)):
+        report.locked = True
+        report.seconds = request.monotonic() - started
+        yield Emit(report)
+        return None
+    try:
+        yield from _walk(run, lock, me)
+    except GeneratorExit:
+        raise  # abandoned by the caller: the lease runs out on its own
+    except BaseException:
+        try:
+            yield Script(LOCK_RELEASE, (lock,), (me,))
+        except DurableError:
+            pass
+        raise
+    yield Script(LOCK_RELEASE, (lock,), (me,))
+    report.seconds = request.monotonic() - started
+    yield Emit(report)
+    return None
+
+
+def _walk(run: _Run, lock: str, me: str) -> Generator[Any, Any, None]:
+    request, report = run.request, run.report
+    tenants = yield from _tenants(run.keys, request.tenant)
+    total: int | None = None
+    if tenants:
+        counts = yield Batch(tuple(Command(("ZCARD", run.keys.tenant_index(t))) for t in tenants))
+        total = sum(int(c) for c in counts if not isinstance(c, DurableError))
+    walk = _IndexWalk(run.keys, tenants)
+    while True:
+        items = yield from walk.take(request.batch)
+        if not items:
+            return None
+        yield from run.batch(items)
+        report.threads_seen += len(items)
+        yield Emit(PruneProgress(report.threads_seen, total, report.threads, report.checkpoints))
+        if not (yield from _renew_lock(lock, me)):
+            log.warning("pruner: another pruner took the lock over; stopping")
+            report.locked = True
+            return None
+        if request.out_of_time() and walk.more():
+            report.budget_exhausted = True
+            return None
+
+
+def trim_threads(
+    keys: KeyLayout, tenant: str, threads: Sequence[str], keep: int
+) -> Generator[Any, Any, int]:
+    """Trim named threads to ``keep_set(..., keep)`` now (``prune(keep_latest)``).
+
+    Returns the number of checkpoints deleted.
+
+    Raises:
+        StorageError: A thread kept changing while it was trimmed.
+    """
+    removed = 0
+    for chunk in _chunks(list(threads), TRIM_CHUNK):
+        todo = list(chunk)
+        for _ in range(ATTEMPTS + 2):
+            if not todo:
+                break
+            results = yield Batch(tuple(Script(PRUNE_NODES, keys.thread(tenant, t)) for t in todo))
+            _first_error(results)
+            plans: list[tuple[str, str, list[bytes]]] = []
+            for thread, (exists, hlen, _touched, flat) in zip(todo, results, strict=True):
+                if int(exists):
+                    drop = _plan(flat, keep)
+                    if drop:
+                        plans.append((thread, str(int(hlen)), drop))
+            todo = []
+            if not plans:
+                break
+            results = yield Batch(
+                tuple(
+                    Script(PRUNE_TRIM, keys.thread(tenant, t), (hlen, ANY_TIME, "0", *drop))
+                    for t, hlen, drop in plans
+                )
+            )
+            _first_error(results)
+            for (thread, _hlen, _drop), (status, checkpoints, _size) in zip(
+                plans, results, strict=True
+            ):
+                if int(status) < 0:
+                    todo.append(thread)
+                else:
+                    removed += int(checkpoints)
+        if todo:
+            raise StorageError(
+                f"prune: thread {todo[0]!r} kept changing while it was pruned; try again"
+            )
+    return removed
