@@ -15,7 +15,9 @@ Table: partition key ``pk`` (S), sort key ``sk`` (S), optional TTL attribute
 never collide. Sort keys (``<ns>``, ``<id>``, ... escaped the same way):
 
 * ``c#<ns>#<id>#`` the checkpoint (pointer) item: body, metadata, clear
-  metadata index, parent id, run id and the blob references;
+  metadata index, parent id, run id and the blob references (and ``hd`` when
+  it has no ``expires_at`` yet readers must consult the thread's head: the
+  pruner sets it before deleting a thread written without retention);
 * ``c#<ns>#<id>#k#<field>#<i>`` its payload chunks, when it exceeds one item;
 * ``c#<ns>#<id>#w#<task>#<idx>`` one pending write (``#k#v#<i>`` its chunks);
 * ``b#<ns>#<channel>#<version>`` a channel value (``#k#d#<i>`` its chunks),
@@ -23,8 +25,19 @@ never collide. Sort keys (``<ns>``, ``<id>``, ... escaped the same way):
 * ``e#<effect id>`` one effect-journal entry (see "effect journal" in
   :class:`DynamoDBOps`): the claim's state, fencing token, attempt and lease,
   the sealed request and, once done, the outcome and the sealed result;
-* ``h`` the thread's head, only when a TTL is configured: when the thread
-  stops being readable (``live_until``) and when its items were last swept.
+* ``h`` the thread's head, only when the tenant has a retention policy:
+  ``created`` (first write), ``ts`` (last write), and with a time bound the
+  deadlines readers honour (``live_until``: last write + idle; ``dies_at``:
+  creation + absolute) and when its items were last swept (``swept_at``).
+  A thread being deleted has ``gone`` (when it was marked), ``gb`` / ``gr`` /
+  ``gu`` (who deletes it, ``"p"`` pruner or ``"w"`` writer, and that lease's
+  end): readers treat it as absent at once, writers wait until it is gone.
+
+Table-wide items live in the partition ``##meta`` (an escaped thread id holds
+no ``#``, so no thread's partition key starts with ``##``): ``retention`` (the
+policy ``setup()`` stored, JSON), ``lock#prune`` (the pruner's lock) and
+``cursor#<scope>`` (where a pruner run that ran out of time stopped). No
+thread operation reads them (their sort keys match no thread item's).
 
 Escaped components never contain ``#`` and every character in them sorts above
 ``#``, so ``c#<ns>#`` prefixes one namespace exactly, and a checkpoint's writes
@@ -45,10 +58,13 @@ match neither ``c#`` nor ``b#``).
 from __future__ import annotations
 
 import builtins
+import datetime
 import hashlib
 import json
+import math
 import random
 import secrets
+import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +75,18 @@ from .._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
 from .._core.effects import CLAIMED, DONE, StoredEffect
 from .._core.filters import metadata_matches, normalize_filter
 from .._core.records import Sealed, StoredDataKey
-from .._core.sansio import Emit, Sleep, operation
+from .._core.retention import (
+    DELETE,
+    LOCK_LEASE_SECONDS,
+    CheckpointNode,
+    PruneRequest,
+    Retention,
+    delta_pending,
+    holder_gone,
+    keep_set,
+    pruner_identity,
+)
+from .._core.sansio import Blocking, Emit, Sleep, operation
 from ..errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -67,7 +94,6 @@ from ..errors import (
     SchemaError,
     StorageError,
     StorageUnavailableError,
-    UnsupportedOperationError,
 )
 
 __all__ = [
@@ -106,6 +132,18 @@ ITEM_BUDGET = 395_000
 
 TTL_ATTRIBUTE = "expires_at"
 HEAD_SK = "h"
+#: Set on a checkpoint item written without a TTL whose thread's head readers
+#: must consult (the pruner sets it before deleting such a thread).
+HEADED = "hd"
+#: The partition of table-wide items, and their sort keys.
+META_PK = "##meta"
+RETENTION_SK = "retention"
+LOCK_SK = "lock#prune"
+#: Roles of a thread's deleter (head attribute ``gr``).
+PRUNER_ROLE = "p"
+WRITER_ROLE = "w"
+#: Longest a write waits for another process to finish deleting its thread.
+PURGE_WAIT_SECONDS = 2 * LOCK_LEASE_SECONDS
 
 #: Error codes DynamoDB asks clients to retry with backoff.
 RETRYABLE_CODES = frozenset(
@@ -597,6 +635,152 @@ def _sort_key_desc(entry: tuple[str, _Group]) -> tuple[str, str, str]:
     return (g.checkpoint_id, split_pk(g.pk)[1], g.ns)
 
 
+def _float(item: dict[str, Any] | None, name: str) -> float | None:
+    value = None if item is None else item.get(name)
+    return None if value is None else float(value["N"])
+
+
+def head_live(head: dict[str, Any], now: float) -> bool:
+    """Whether a thread's head lets readers see the thread at ``now``.
+
+    Not when it is marked gone (being deleted), nor once ``live_until`` (last
+    write + idle) or ``dies_at`` (creation + absolute) has passed.
+    """
+    if "gone" in head:
+        return False
+    for name in ("live_until", "dies_at"):
+        at = _float(head, name)
+        if at is not None and at <= now:
+            return False
+    return True
+
+
+def is_thread_pk(pk: str) -> bool:
+    """Whether a partition key is a thread's (``<tenant>#<thread>``: exactly one ``#``)."""
+    return pk.count("#") == 1
+
+
+def uuid6_seconds(checkpoint_id: str | None) -> float | None:
+    """The Unix time a version-6 UUID (LangGraph's checkpoint ids) was made at, or None."""
+    if not checkpoint_id:
+        return None
+    try:
+        value = uuid.UUID(checkpoint_id)
+    except ValueError:
+        return None
+    if value.version != 6:
+        return None
+    ticks = ((value.int >> 80) << 12) | ((value.int >> 64) & 0x0FFF)
+    return (ticks - 0x01B21DD213814000) / 1e7
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """What writes of one tenant carry under its retention policy.
+
+    Attributes:
+        idle: Seconds a thread lives after its last write (``live_until``), or None.
+        absolute: Seconds a thread lives after its creation (``dies_at``), or None.
+        refresh: Seconds between sweeps that extend the items' ``expires_at``
+            (idle policies; also the margin every stamp adds).
+        ttl: Whether items carry ``expires_at`` for DynamoDB's own deletion
+            (``delete`` policies; ``keep_latest`` threads are trimmed, never
+            deleted whole).
+    """
+
+    idle: int | None
+    absolute: int | None
+    refresh: int
+    ttl: bool
+
+    @classmethod
+    def of(cls, policy: Retention, refresh: int | None) -> Expiry:
+        if policy.strategy != DELETE or not policy.expires:
+            return cls(None, None, 0, False)
+        idle = None if policy.idle_seconds is None else math.ceil(policy.idle_seconds)
+        absolute = None if policy.absolute_seconds is None else math.ceil(policy.absolute_seconds)
+        if idle is None:
+            return cls(None, absolute, refresh or 0, True)  # no sweeps: stamps outlive it
+        return cls(idle, absolute, refresh or max(1, idle // 2), True)
+
+    def stamp(self, now: float) -> dict[str, Any]:
+        """The ``expires_at`` of an item written at ``now`` (empty without TTL).
+
+        Never before the thread's own expiry: a thread expires at the latest
+        ``bound`` after any write (the absolute bound counts from its creation,
+        which is earlier), and sweeps extend the items of an active thread.
+        """
+        if not self.ttl:
+            return {}
+        bound = min(b for b in (self.idle, self.absolute) if b is not None)
+        return {TTL_ATTRIBUTE: N(int(now) + bound + self.refresh)}
+
+
+def trim_plan(items: Iterable[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """The items ``keep_latest`` removes from one thread (as read by a Query).
+
+    Kept: the checkpoints :func:`keep_set` returns (the latest ``keep`` of each
+    namespace and what they need: the parent holding old-format pending sends,
+    the ancestors a DeltaChannel value is rebuilt from) with their chunks and
+    writes, and the blobs they reference. Removed: every other checkpoint
+    with its chunks and writes, writes and chunks left without their
+    checkpoint older than the namespace's newest one (what an interrupted
+    prune left), and every blob no kept checkpoint references. Effect-journal
+    entries and the head stay. Pointers come first in the result.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pointers: dict[tuple[str, str], dict[str, Any]] = {}
+    blobs: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        sk = item["sk"]["S"]
+        if sk.startswith("c#"):
+            ik = parse_checkpoint_sk(sk)
+            groups.setdefault((ik.ns, ik.checkpoint_id), []).append(item)
+            if ik.kind == "pointer":
+                pointers[(ik.ns, ik.checkpoint_id)] = item
+        elif sk.startswith("b#"):
+            blobs.setdefault(blob_base_sk(sk), []).append(item)
+    nodes = []
+    for (ns, cid), pointer in pointers.items():
+        parent = _str(pointer, "p")
+        sends = parent is not None and any(
+            _str(i, "ch") == TASKS and parse_checkpoint_sk(i["sk"]["S"]).kind == "write"
+            for i in groups.get((ns, parent), ())
+        )
+        index = json.loads(_str(pointer, "mi", "{}") or "{}")
+        nodes.append(
+            CheckpointNode(
+                ns, cid, parent, _num(pointer, "fv", 1) or 1, delta_pending(index), sends
+            )
+        )
+    kept = keep_set(nodes, keep)
+    newest: dict[str, str] = {}
+    for ns, cid in pointers:
+        if cid > newest.get(ns, ""):
+            newest[ns] = cid
+    referenced = {
+        blob_sk(ns, channel, version)
+        for ns, cid in kept
+        if (ns, cid) in pointers
+        for channel, version, _n in json.loads(_str(pointers[(ns, cid)], "refs", "[]") or "[]")
+    }
+    doomed: list[dict[str, Any]] = []
+    for (ns, cid), members in groups.items():
+        if (ns, cid) in pointers:
+            if (ns, cid) not in kept:
+                doomed.extend(members)
+        elif cid < newest.get(ns, ""):
+            doomed.extend(members)  # writes or chunks of a checkpoint already deleted
+    doomed.extend(i for base, members in blobs.items() if base not in referenced for i in members)
+    doomed.sort(key=lambda i: not is_pointer_sk(i["sk"]["S"]))
+    return doomed
+
+
+def data_size(item: dict[str, Any]) -> int:
+    """The size :class:`PruneReport` counts for an item (bookkeeping attributes left out)."""
+    return item_size({k: v for k, v in item.items() if k != HEADED})
+
+
 # ---- the operations ----------------------------------------------------------------
 
 
@@ -607,9 +791,14 @@ class DynamoDBOps:
         table: The table name (validated).
         codec: The checkpoint codec (owns the record pipeline).
         now: The clock (seconds since the epoch); injected so tests control time.
-        ttl: Seconds a thread stays readable after its last write, or None.
+        ttl: Seconds a thread stays readable after its last write, or None
+            (the same as ``retention`` giving every tenant ``Retention(idle=ttl)``).
         ttl_refresh: How often (seconds) an active thread's items get their
-            ``expires_at`` extended; defaults to half of ``ttl``.
+            ``expires_at`` extended; defaults to half of the idle bound.
+        retention: The retention policy of a tenant (None: no retention), asked
+            on every write; or None for no retention at all.
+        ttl_needed: Whether ``setup()`` enables (or demands) the table's TTL;
+            default: whenever ``ttl`` or ``retention`` is set.
         retry: The retry policy of every call.
         get_page_items: Items of the first page read for a latest checkpoint.
         list_page_items: Items per page of a history listing.
@@ -623,6 +812,8 @@ class DynamoDBOps:
         now: Callable[[], float],
         ttl: int | None = None,
         ttl_refresh: int | None = None,
+        retention: Callable[[str], Retention | None] | None = None,
+        ttl_needed: bool | None = None,
         retry: RetryPolicy | None = None,
         get_page_items: int = 16,
         list_page_items: int = 300,
@@ -631,7 +822,13 @@ class DynamoDBOps:
         self.codec = codec
         self.now = now
         self.ttl = ttl
+        self.ttl_refresh = ttl_refresh
         self.refresh = (ttl_refresh or max(1, ttl // 2)) if ttl else 0
+        if retention is None and ttl:
+            fixed = Retention(idle=datetime.timedelta(seconds=ttl))
+            retention = lambda _tenant: fixed  # noqa: E731
+        self.retention = retention
+        self.ttl_needed = (retention is not None) if ttl_needed is None else ttl_needed
         self.retry = retry or RetryPolicy()
         self.get_page_items = get_page_items
         self.list_page_items = list_page_items
@@ -747,8 +944,13 @@ class DynamoDBOps:
     # ---- setup -------------------------------------------------------------------
 
     @operation
-    def setup(self, create: bool) -> Generator[Any, Any, list[str]]:
+    def setup(self, create: bool, retention: str | None = None) -> Generator[Any, Any, list[str]]:
         """Create the table (and enable TTL) if asked, then check it.
+
+        Args:
+            create: Create a missing table and enable its TTL (else only check).
+            retention: The saver's retention policy as JSON, stored for the
+                command line (``meta`` item ``retention``); None stores nothing.
 
         Returns:
             What this call changed (e.g. ``["created table", "enabled TTL"]``).
@@ -788,7 +990,7 @@ class DynamoDBOps:
         if status == "CREATING":
             desc = yield from self._wait_active()
         self._check_key_schema(desc["Table"])
-        if self.ttl:
+        if self.ttl_needed:
             ttl = yield from self._call("describe_time_to_live", {"TableName": table})
             info = ttl.get("TimeToLiveDescription") or {}
             state, attribute = info.get("TimeToLiveStatus"), info.get("AttributeName")
@@ -802,8 +1004,9 @@ class DynamoDBOps:
                 if not create:
                     raise SchemaError(
                         f"table {table!r} has TTL {state or 'DISABLED'}, but the saver was "
-                        f"given ttl={self.ttl}: enable TTL on attribute {TTL_ATTRIBUTE!r} (or "
-                        "call setup() with create_table=True, which does)"
+                        "given a retention policy that expires threads: enable TTL on "
+                        f"attribute {TTL_ATTRIBUTE!r} (or call setup() with create_table=True, "
+                        "which does)"
                     )
                 if state == "DISABLING":
                     raise SchemaError(
@@ -830,7 +1033,34 @@ class DynamoDBOps:
                         "TimeToLiveStatus"
                     ) not in ("ENABLED", "ENABLING"):
                         raise
+        if retention is not None:
+            yield from self.retention_set(retention).steps
         return done
+
+    @operation
+    def retention_get(self) -> Generator[Any, Any, str | None]:
+        """The retention policy ``setup()`` stored (JSON), or None: one GetItem."""
+        resp = yield from self._call(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": {"pk": S(META_PK), "sk": S(RETENTION_SK)},
+                "ConsistentRead": True,
+            },
+        )
+        return _str(resp.get("Item") or {}, "policy")
+
+    @operation
+    def retention_set(self, text: str) -> Generator[Any, Any, None]:
+        """Store the table's retention policy (JSON): one PutItem."""
+        item = {
+            "pk": S(META_PK),
+            "sk": S(RETENTION_SK),
+            "policy": S(text),
+            "ts": N(int(self.now())),
+        }
+        yield from self._call("put_item", {"TableName": self.table, "Item": item})
+        return None
 
     def _wait_active(self) -> Generator[Any, Any, Any]:
         for _ in range(300):
@@ -860,46 +1090,102 @@ class DynamoDBOps:
                 + f"; it has {found or 'no keys'}. Use another table name (setup() creates it)"
             )
 
-    # ---- TTL: stamps, the thread head, sweeps ------------------------------------
+    # ---- retention: stamps, the thread head, sweeps, purges ------------------------
 
-    def _stamp(self, now: float) -> dict[str, Any]:
+    def _expiry(self, tenant: str) -> Expiry | None:
+        """What writes of ``tenant`` carry under its policy (None: no retention)."""
+        if self.retention is None:
+            return None
+        policy = self.retention(tenant)
+        if policy is None:
+            return None
+        if not isinstance(policy, Retention):
+            raise ConfigurationError(
+                f"the retention policy of tenant {tenant!r} is {policy!r}: "
+                "use a langgraph_durable.Retention or None"
+            )
+        return Expiry.of(policy, self.ttl_refresh)
+
+    @staticmethod
+    def _stamp(exp: Expiry | None, now: float) -> dict[str, Any]:
         """The ``expires_at`` every item written now carries (empty without TTL)."""
-        if not self.ttl:
-            return {}
-        return {TTL_ATTRIBUTE: N(int(now) + self.ttl + self.refresh)}
+        return {} if exp is None else exp.stamp(now)
 
-    def _head_action(self, pk: str, now: float) -> dict[str, Any]:
-        """Refresh the thread's head; fails if the thread expired or is due a sweep."""
+    def _head_action(self, pk: str, now: float, exp: Expiry) -> dict[str, Any]:
+        """Record a write on the thread's head; fails if the thread expired, is being
+        deleted, or is due a sweep (or its items carry a TTL it no longer wants).
+
+        ``created`` is kept from the first write; ``live_until`` is the last write
+        + idle, ``dies_at`` the creation + absolute (each removed when the policy
+        has no such bound).
+        """
         t = int(now)
-        assert self.ttl
+        names = {
+            "#sk": "sk",
+            "#ts": "ts",
+            "#cr": "created",
+            "#lu": "live_until",
+            "#da": "dies_at",
+            "#g": "gone",
+            "#ex": TTL_ATTRIBUTE,
+            "#sw": "swept_at",
+        }
+        values: dict[str, Any] = {":now": N(t)}
+        sets = ["#ts = :now", "#cr = if_not_exists(#cr, :now)"]
+        removes: list[str] = []
+        if exp.idle is not None:
+            sets.append("#lu = :lu")
+            values[":lu"] = N(t + exp.idle)
+        else:
+            removes.append("#lu")
+        if exp.absolute is not None:
+            sets.append("#da = if_not_exists(#cr, :now) + :abs")
+            values[":abs"] = N(exp.absolute)
+        else:
+            removes.append("#da")
+        live = (
+            "attribute_not_exists(#g) AND (attribute_not_exists(#lu) OR #lu > :now)"
+            " AND (attribute_not_exists(#da) OR #da > :now)"
+        )
+        if exp.ttl:
+            sets += ["#ex = :ex", "#sw = if_not_exists(#sw, :now)"]
+            values[":ex"] = exp.stamp(now)[TTL_ATTRIBUTE]
+            if exp.idle is not None:
+                live += " AND #sw > :cutoff"
+                values[":cutoff"] = N(t - exp.refresh)
+            else:
+                live += " AND attribute_exists(#sw)"
+        else:
+            removes += ["#ex", "#sw"]
+            live += " AND attribute_not_exists(#ex)"
+        update = "SET " + ", ".join(sets)
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         return {
             "Update": {
                 "TableName": self.table,
                 "Key": {"pk": S(pk), "sk": S(HEAD_SK)},
-                "UpdateExpression": (
-                    "SET #lu = :lu, #ex = :ex, #sw = if_not_exists(#sw, :now), #ts = :now"
-                ),
-                "ConditionExpression": (
-                    "attribute_not_exists(#sk) OR (#lu > :now AND #sw > :cutoff)"
-                ),
-                "ExpressionAttributeNames": {
-                    "#lu": "live_until",
-                    "#ex": TTL_ATTRIBUTE,
-                    "#sw": "swept_at",
-                    "#ts": "ts",
-                    "#sk": "sk",
-                },
-                "ExpressionAttributeValues": {
-                    ":lu": N(t + self.ttl),
-                    ":ex": N(t + self.ttl + self.refresh),
-                    ":now": N(t),
-                    ":cutoff": N(t - self.refresh),
-                },
+                "UpdateExpression": update,
+                "ConditionExpression": f"attribute_not_exists(#sk) OR ({live})",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             }
         }
 
-    def _on_head_refused(self, pk: str) -> Generator[Any, Any, None]:
-        """A write found the thread expired (purge it) or due a sweep (do it)."""
+    def _head_item(self, pk: str, now: float, exp: Expiry) -> dict[str, Any]:
+        """The head of a thread first written at ``now`` (what :meth:`_head_action` makes)."""
+        t = int(now)
+        head = {"pk": S(pk), "sk": S(HEAD_SK), "created": N(t), "ts": N(t)}
+        if exp.idle is not None:
+            head["live_until"] = N(t + exp.idle)
+        if exp.absolute is not None:
+            head["dies_at"] = N(t + exp.absolute)
+        if exp.ttl:
+            head.update(exp.stamp(now))
+            head["swept_at"] = N(t)
+        return head
+
+    def _get_head(self, pk: str) -> Generator[Any, Any, dict[str, Any] | None]:
         resp = yield from self._call(
             "get_item",
             {
@@ -908,37 +1194,148 @@ class DynamoDBOps:
                 "ConsistentRead": True,
             },
         )
-        head = resp.get("Item")
-        now = self.now()
-        if head is None:
-            return None
-        if (_num(head, "live_until", 0) or 0) <= now:
-            yield from self._delete_partition(pk)
+        return resp.get("Item")  # type: ignore[no-any-return]
+
+    def _on_head_refused(self, pk: str, exp: Expiry) -> Generator[Any, Any, None]:
+        """A write found its thread's head refusing it; make the write possible.
+
+        A live thread is due a sweep (or its items' stamps no longer match the
+        policy): sweep it. An expired thread is deleted first (a write starts
+        it afresh). A thread another process is deleting is waited for, unless
+        that process's lease ran out or it is a dead process of this host.
+        """
+        waited = 0.0
+        attempt = 0
+        while True:
+            head = yield from self._get_head(pk)
+            now = self.now()
+            if head is None:
+                return None
+            if head_live(head, now):
+                yield from self._sweep(pk, now, exp)
+                return None
+            holder = _str(head, "gb")
+            if holder and (_float(head, "gu") or 0.0) > now:
+                dead = yield Blocking(holder_gone, (holder,))
+                if not dead:
+                    if waited >= PURGE_WAIT_SECONDS:
+                        raise StorageUnavailableError(
+                            f"thread {split_pk(pk)[1]!r} is being deleted by {holder} (retention "
+                            f"expired it) and was still being deleted after {waited:.0f} s; "
+                            "retry the write later"
+                        )
+                    attempt += 1
+                    pause = min(1.0, 0.02 * attempt)
+                    yield Sleep(pause)
+                    waited += pause
+                    continue
+            me = pruner_identity()
+            if (yield from self._mark_gone(pk, me, WRITER_ROLE, now, holder, False)):
+                items = yield from self._query_all(pk, None, ("pk", "sk"))
+                yield from self._purge_marked(pk, me, items)
+                return None
+            attempt += 1  # the head changed meanwhile: look again
+            if attempt > 1000:
+                raise StorageError(f"could not delete expired thread {split_pk(pk)[1]!r}")
+
+    def _mark_gone(
+        self,
+        pk: str,
+        holder: str,
+        role: str,
+        now: float,
+        previous: str | None,
+        readable: bool,
+        last_write: dict[str, Any] | None = None,
+    ) -> Generator[Any, Any, bool]:
+        """Mark a thread gone (readers stop seeing it) and hold its deletion for a lease.
+
+        Args:
+            pk: The thread's partition key.
+            holder: Who deletes it (a :func:`pruner_identity`).
+            role: ``"p"`` (the pruner, which may take over another pruner's
+                lease since it holds the pruner lock) or ``"w"`` (a writer).
+            now: The time; the lease lasts ``LOCK_LEASE_SECONDS`` from it.
+            previous: The holder of a lease this call may take over (its lease
+                ran out or it is dead), or None.
+            readable: Whether readers still see the thread (the pruner decided
+                by its policy); then the head must be unchanged since the
+                decision (``ts`` equal to ``last_write``, the attribute value
+                read, or absent when that is None): no write came in between.
+                Otherwise the head must still be expired or marked gone.
+
+        Returns:
+            Whether the head now names ``holder``.
+        """
+        names = {"#sk": "sk", "#g": "gone", "#gb": "gb", "#gr": "gr", "#gu": "gu"}
+        values: dict[str, Any] = {
+            ":now": N(now),
+            ":me": S(holder),
+            ":role": S(role),
+            ":until": N(now + LOCK_LEASE_SECONDS),
+        }
+        free = ["attribute_not_exists(#gb)", "#gu <= :now", "#gb = :me"]
+        if previous:
+            free.append("#gb = :old")
+            values[":old"] = S(previous)
+        if role == PRUNER_ROLE:
+            free.append("#gr = :role")
+        condition = f"attribute_exists(#sk) AND ({' OR '.join(free)})"
+        names["#ts"] = "ts"
+        if readable and last_write is None:
+            condition += " AND attribute_not_exists(#g) AND attribute_not_exists(#ts)"
+        elif readable:
+            values[":ts"] = last_write
+            condition += " AND attribute_not_exists(#g) AND #ts = :ts"
         else:
-            yield from self._sweep(pk, now)
+            del names["#ts"]
+            names["#lu"] = "live_until"
+            names["#da"] = "dies_at"
+            condition += " AND (attribute_exists(#g) OR #lu <= :now OR #da <= :now)"
+        try:
+            yield from self._call(
+                "update_item",
+                {
+                    "TableName": self.table,
+                    "Key": {"pk": S(pk), "sk": S(HEAD_SK)},
+                    "UpdateExpression": (
+                        "SET #g = if_not_exists(#g, :now), #gb = :me, #gr = :role, #gu = :until"
+                    ),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                },
+            )
+        except ConditionFailedError:
+            return False
+        return True
+
+    def _purge_marked(
+        self, pk: str, holder: str, items: Sequence[dict[str, Any]]
+    ) -> Generator[Any, Any, None]:
+        """Delete a thread marked gone by ``holder``: its items (pointers first),
+        then its head, on condition ``holder`` still holds it."""
+        yield from self._delete_keys(pk, [i["sk"]["S"] for i in items if i["sk"]["S"] != HEAD_SK])
+        try:
+            yield from self._call(
+                "delete_item",
+                {
+                    "TableName": self.table,
+                    "Key": {"pk": S(pk), "sk": S(HEAD_SK)},
+                    "ConditionExpression": "#gb = :me",
+                    "ExpressionAttributeNames": {"#gb": "gb"},
+                    "ExpressionAttributeValues": {":me": S(holder)},
+                },
+            )
+        except ConditionFailedError:
+            pass  # taken over: the new holder deletes it
         return None
 
-    def _sweep(self, pk: str, now: float) -> Generator[Any, Any, None]:
-        """Extend ``expires_at`` of every live item of a thread; drop expired ones."""
-        items = yield from self._query_all(pk, None, ("pk", "sk", TTL_ATTRIBUTE))
-        stamp = self._stamp(now)[TTL_ATTRIBUTE]
-        live = [i for i in items if i["sk"]["S"] != HEAD_SK and _is_live(i, now)]
-        dead = [i for i in items if i["sk"]["S"] != HEAD_SK and not _is_live(i, now)]
-        updates = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": i["pk"], "sk": i["sk"]},
-                    "UpdateExpression": "SET #ex = :ex",
-                    "ConditionExpression": "attribute_exists(#sk)",
-                    "ExpressionAttributeNames": {"#ex": TTL_ATTRIBUTE, "#sk": "sk"},
-                    "ExpressionAttributeValues": {":ex": stamp},
-                }
-            }
-            for i in live
-        ]
+    def _transact_updates(self, updates: Sequence[dict[str, Any]]) -> Generator[Any, Any, None]:
+        """Conditional updates of existing items, 100 per TransactWriteItems; an
+        update whose item is gone (its condition fails) is dropped and the rest resent."""
         for start in range(0, len(updates), TRANSACTION_ITEMS):
-            batch = updates[start : start + TRANSACTION_ITEMS]
+            batch = list(updates[start : start + TRANSACTION_ITEMS])
             while batch:
                 try:
                     yield from self._call("transact_write_items", {"TransactItems": batch})
@@ -948,26 +1345,62 @@ class DynamoDBOps:
                     if not gone:
                         raise
                     batch = [a for i, a in enumerate(batch) if i not in gone]
+        return None
+
+    def _sweep(self, pk: str, now: float, exp: Expiry) -> Generator[Any, Any, None]:
+        """Make a live thread's items' ``expires_at`` match its policy; drop expired ones.
+
+        Under a policy with TTL every live item's ``expires_at`` is extended to
+        what a write now stamps; under one without (``keep_latest``) it is
+        removed, so DynamoDB never deletes part of a thread that is trimmed.
+        """
+        items = yield from self._query_all(pk, None, ("pk", "sk", TTL_ATTRIBUTE))
+        stamp = exp.stamp(now).get(TTL_ATTRIBUTE)
+        live = [i for i in items if i["sk"]["S"] != HEAD_SK and _is_live(i, now)]
+        dead = [i for i in items if i["sk"]["S"] != HEAD_SK and not _is_live(i, now)]
+        if stamp is None:
+            live = [i for i in live if TTL_ATTRIBUTE in i]
+        updates = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": i["pk"], "sk": i["sk"]},
+                    "UpdateExpression": "SET #ex = :ex" if stamp else "REMOVE #ex",
+                    "ConditionExpression": "attribute_exists(#sk)",
+                    "ExpressionAttributeNames": {"#ex": TTL_ATTRIBUTE, "#sk": "sk"},
+                    **({"ExpressionAttributeValues": {":ex": stamp}} if stamp else {}),
+                }
+            }
+            for i in live
+        ]
+        yield from self._transact_updates(updates)
         if dead:
             yield from self._batch_write(
                 [{"DeleteRequest": {"Key": {"pk": i["pk"], "sk": i["sk"]}}} for i in dead]
             )
-        yield from self._call(
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": {"pk": S(pk), "sk": S(HEAD_SK)},
-                "UpdateExpression": "SET #sw = :now",
-                "ConditionExpression": "attribute_exists(#sk)",
-                "ExpressionAttributeNames": {"#sw": "swept_at", "#sk": "sk"},
-                "ExpressionAttributeValues": {":now": N(int(now))},
-            },
-        )
+        head: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"pk": S(pk), "sk": S(HEAD_SK)},
+            "ConditionExpression": "attribute_exists(#sk)",
+        }
+        if stamp:
+            head["UpdateExpression"] = "SET #sw = :now"
+            head["ExpressionAttributeNames"] = {"#sw": "swept_at", "#sk": "sk"}
+            head["ExpressionAttributeValues"] = {":now": N(int(now))}
+        else:
+            head["UpdateExpression"] = "REMOVE #sw, #ex"
+            head["ExpressionAttributeNames"] = {
+                "#sw": "swept_at",
+                "#ex": TTL_ATTRIBUTE,
+                "#sk": "sk",
+            }
+        yield from self._call("update_item", head)
         return None
 
     def _write_groups(
         self,
         pk: str,
+        exp: Expiry | None,
         build: Callable[[float], list[list[dict[str, Any]]]],
         droppable: bool,
         what: str,
@@ -983,6 +1416,7 @@ class DynamoDBOps:
 
         Args:
             pk: The thread's partition key.
+            exp: What the tenant's retention policy asks of writes (None: none).
             build: Makes the groups for a write at time ``now`` (the same
                 groups, in the same order, on every call).
             droppable: Whether a group whose first action's condition fails
@@ -992,7 +1426,7 @@ class DynamoDBOps:
                 transaction's bytes (a checkpoint); else only each part must.
         """
         groups = build(self.now())
-        head = 1 if self.ttl else 0
+        head = 0 if exp is None else 1
         sizes = [sum(action_size(a) for a in g) for g in groups]
         room = TRANSACTION_BYTES - 1024
         if whole_limit and sum(sizes) > room:
@@ -1015,23 +1449,25 @@ class DynamoDBOps:
                 made = build(now)
                 return [made[gi] for gi in part]
 
-            yield from self._transact_thread(pk, build_part, droppable, what)
+            yield from self._transact_thread(pk, exp, build_part, droppable, what)
         return None
 
     def _transact_thread(
         self,
         pk: str,
+        exp: Expiry | None,
         build: Callable[[float], list[list[dict[str, Any]]]],
         droppable: bool,
         what: str,
     ) -> Generator[Any, Any, None]:
         """Write groups of actions to one thread in one transaction.
 
-        With a TTL the thread's head is refreshed in the same transaction; if
-        the head refuses (expired thread, or a sweep is due) that is handled
-        and the write retried. A group whose first action's condition fails
-        is dropped when ``droppable`` (an insert-only write that is already
-        stored) and the rest retried.
+        Under a retention policy the thread's head is updated in the same
+        transaction; if the head refuses (expired thread, a thread being
+        deleted, or a sweep is due) that is handled and the write retried. A
+        group whose first action's condition fails is dropped when
+        ``droppable`` (an insert-only write that is already stored) and the
+        rest retried.
         """
         dropped: set[int] = set()
         for _ in range(5):
@@ -1039,15 +1475,15 @@ class DynamoDBOps:
             groups = build(now)
             actions: list[dict[str, Any]] = []
             owner: list[int] = []  # group index of each action (-1: head)
-            if self.ttl:
-                actions.append(self._head_action(pk, now))
+            if exp is not None:
+                actions.append(self._head_action(pk, now, exp))
                 owner.append(-1)
             for gi, group in enumerate(groups):
                 if gi in dropped:
                     continue
                 actions.extend(group)
                 owner.extend([gi] * len(group))
-            if len(owner) == (1 if self.ttl else 0):
+            if len(owner) == (0 if exp is None else 1):
                 return None
             params = {"TransactItems": actions, "ClientRequestToken": new_token()}
             try:
@@ -1066,8 +1502,8 @@ class DynamoDBOps:
                         f"(reasons: {', '.join(exc.reasons)}); nothing of it was written",
                         exc.reasons,
                     ) from exc
-                if -1 in failed:
-                    yield from self._on_head_refused(pk)
+                if -1 in failed and exp is not None:
+                    yield from self._on_head_refused(pk, exp)
                 dropped.update(g for g in failed if g >= 0)
         raise StorageError(f"could not write {what}: the thread kept changing underneath")
 
@@ -1089,9 +1525,10 @@ class DynamoDBOps:
         blob_sks = [blob_sk(key.ns, b.channel, b.version) for b in rec.blobs]
         metadata_index = json.dumps(rec.metadata_index, separators=(",", ":"))
         what = f"checkpoint {rec.checkpoint_id} of thread {key.thread!r}"
+        exp = self._expiry(key.tenant)
 
         def build(now: float) -> list[list[dict[str, Any]]]:
-            stamp = self._stamp(now)
+            stamp = self._stamp(exp, now)
             written: dict[tuple[str, str], int] = {}
             groups: list[list[dict[str, Any]]] = []
             for b, bsk in zip(rec.blobs, blob_sks, strict=True):
@@ -1125,7 +1562,7 @@ class DynamoDBOps:
             groups.append([self._put_action(c) for c in chunks] + [self._put_action(item)])
             return groups
 
-        yield from self._write_groups(pk, build, False, what, whole_limit=True)
+        yield from self._write_groups(pk, exp, build, False, what, whole_limit=True)
         return self.codec.config(key, rec.checkpoint_id)
 
     def _put_action(self, item: dict[str, Any], insert_only: bool = False) -> dict[str, Any]:
@@ -1158,9 +1595,10 @@ class DynamoDBOps:
         pk = thread_pk(key.tenant, key.thread)
         sks = [write_sk(key.ns, checkpoint_id, task_id, r.idx) for r in records]
         what = f"{len(records)} writes of task {task_id!r} on thread {key.thread!r}"
+        exp = self._expiry(key.tenant)
 
         def build(now: float) -> list[list[dict[str, Any]]]:
-            stamp = self._stamp(now)
+            stamp = self._stamp(exp, now)
             groups = []
             for r, sk in zip(records, sks, strict=True):
                 base = {
@@ -1179,7 +1617,7 @@ class DynamoDBOps:
                 )
             return groups
 
-        yield from self._write_groups(pk, build, not replace, what, whole_limit=False)
+        yield from self._write_groups(pk, exp, build, not replace, what, whole_limit=False)
         return None
 
     # ---- reads -------------------------------------------------------------------
@@ -1246,7 +1684,7 @@ class DynamoDBOps:
         keys: list[tuple[str, str]] = []
         for _tenant, g in entries:
             assert g.pointer is not None
-            if TTL_ATTRIBUTE in g.pointer:
+            if TTL_ATTRIBUTE in g.pointer or HEADED in g.pointer:
                 keys.append((g.pk, HEAD_SK))
             for channel, version, n in g.refs():
                 bsk = blob_sk(g.ns, channel, version)
@@ -1266,10 +1704,10 @@ class DynamoDBOps:
         out = []
         for tenant, g in entries:
             assert g.pointer is not None
-            if TTL_ATTRIBUTE in g.pointer:
+            if TTL_ATTRIBUTE in g.pointer or HEADED in g.pointer:
                 head = got.get((g.pk, HEAD_SK))
-                if head is None or (_num(head, "live_until", 0) or 0) <= now:
-                    continue  # the thread expired
+                if head is None or not head_live(head, now):
+                    continue  # the thread expired or is being deleted
             parent_sends: list[tuple[str, str, int, Sealed]] = []
             parent = _str(g.pointer, "p")
             if (_num(g.pointer, "fv", 1) or 1) < 4 and parent:
@@ -1528,39 +1966,28 @@ class DynamoDBOps:
         items = yield from self._query_all(src)
         now = self.now()
         head = next((i for i in items if i["sk"]["S"] == HEAD_SK), None)
-        if head is not None and (_num(head, "live_until", 0) or 0) <= now:
-            return None  # the source thread expired
-        stamp = self._stamp(now)
+        if head is not None and not head_live(head, now):
+            return None  # the source thread expired or is being deleted
+        exp = self._expiry(tenant)
+        stamp = self._stamp(exp, now)
         copies = []
         for item in items:
             if item["sk"]["S"] == HEAD_SK or not _is_live(item, now):
                 continue
-            copy = {k: v for k, v in item.items() if k != TTL_ATTRIBUTE}
+            copy = {k: v for k, v in item.items() if k not in (TTL_ATTRIBUTE, HEADED)}
             copy.update(stamp)
             copy["pk"] = S(dst)
             copies.append(copy)
         if not copies:
             return None
-        if self.ttl:
-            t = int(now)
+        if exp is not None:
             yield from self._call(
-                "put_item",
-                {
-                    "TableName": self.table,
-                    "Item": {
-                        "pk": S(dst),
-                        "sk": S(HEAD_SK),
-                        "live_until": N(t + self.ttl),
-                        "swept_at": N(t),
-                        "ts": N(t),
-                        TTL_ATTRIBUTE: N(t + self.ttl + self.refresh),
-                    },
-                },
+                "put_item", {"TableName": self.table, "Item": self._head_item(dst, now, exp)}
             )
         entries = [c for c in copies if is_effect_sk(c["sk"]["S"])]
         copies = [c for c in copies if not is_effect_sk(c["sk"]["S"])]
         if entries:
-            yield from self._copy_effects(dst, entries, target)
+            yield from self._copy_effects(dst, exp, entries, target)
         # payloads first, checkpoint pointers last
         copies.sort(key=lambda i: is_pointer_sk(i["sk"]["S"]))
         yield from self._batch_write([{"PutRequest": {"Item": c}} for c in copies])
@@ -1572,8 +1999,9 @@ class DynamoDBOps:
     ) -> Generator[Any, Any, None]:
         """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything.
 
-        ``keep_latest`` checks every thread first and refuses (changing
-        nothing) if one uses a DeltaChannel.
+        ``keep_latest`` keeps each namespace's latest checkpoint and what it
+        needs (:func:`trim_plan` with ``keep=1``: a DeltaChannel value's
+        ancestors included, so the thread still resumes).
         """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
@@ -1584,68 +2012,32 @@ class DynamoDBOps:
             for thread_id in thread_ids:
                 yield from self._delete_partition(thread_pk(tenant, thread_id))
             return None
-        plans: list[tuple[str, list[str]]] = []
         for thread_id in thread_ids:
             pk = thread_pk(tenant, thread_id)
             items = yield from self._query_all(
                 pk, None, ("pk", "sk", "mi", "refs", "fv", "p", "ch")
             )
-            plans.append((pk, self._prune_plan(thread_id, items)))
-        for pk, doomed in plans:
-            yield from self._delete_keys(pk, doomed)
+            yield from self._delete_keys(pk, [i["sk"]["S"] for i in trim_plan(items, 1)])
         return None
 
-    def _prune_plan(self, thread_id: str, items: list[dict[str, Any]]) -> list[str]:
-        """Sort keys keep_latest deletes from one thread (raises for DeltaChannel threads)."""
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        pointers: dict[tuple[str, str], dict[str, Any]] = {}
-        blobs: dict[str, list[str]] = {}
-        for item in items:
-            sk = item["sk"]["S"]
-            if sk.startswith("c#"):
-                ik = parse_checkpoint_sk(sk)
-                groups.setdefault((ik.ns, ik.checkpoint_id), []).append(item)
-                if ik.kind == "pointer":
-                    pointers[(ik.ns, ik.checkpoint_id)] = item
-            elif sk.startswith("b#"):
-                blobs.setdefault(blob_base_sk(sk), []).append(sk)
-        for item in pointers.values():
-            if "counters_since_delta_snapshot" in json.loads(_str(item, "mi", "{}") or "{}"):
-                raise UnsupportedOperationError(
-                    f"keep_latest cannot prune thread {thread_id!r}: it uses a DeltaChannel, "
-                    "whose value is rebuilt from the checkpoints keep_latest would delete"
-                )
-        latest: dict[str, str] = {}
-        for ns, cid in pointers:
-            if cid > latest.get(ns, ""):
-                latest[ns] = cid
-        keep = {(ns, cid) for ns, cid in latest.items()}
-        for ns, cid in list(keep):
-            head = pointers[(ns, cid)]
-            parent = _str(head, "p")
-            if (
-                (_num(head, "fv", 1) or 1) < 4
-                and parent
-                and any(
-                    _str(i, "ch") == TASKS and parse_checkpoint_sk(i["sk"]["S"]).kind == "write"
-                    for i in groups.get((ns, parent), [])
-                )
-            ):
-                keep.add((ns, parent))
-        referenced = {
-            blob_sk(ns, channel, version)
-            for (ns, cid) in keep
-            if (ns, cid) in pointers
-            for channel, version, _n in json.loads(_str(pointers[(ns, cid)], "refs", "[]") or "[]")
-        }
-        doomed = [
-            i["sk"]["S"]
-            for gk, members in groups.items()
-            if gk in pointers and gk not in keep
-            for i in members
-        ]
-        doomed += [sk for base, sks in blobs.items() if base not in referenced for sk in sks]
-        return doomed
+    @operation
+    def prune_expired(
+        self, request: PruneRequest, policy: Callable[[str], Retention | None] | None
+    ) -> Generator[Any, Any, None]:
+        """The pruner: remove (or trim) the threads retention says have expired.
+
+        Emits a ``PruneProgress`` after each batch of threads and, last, one
+        ``PruneReport``. See :class:`~langgraph_durable.dynamodb._prune.Pruner`.
+
+        Args:
+            request: The run (policy override, tenant, dry run, clock, budget, batch).
+            policy: The policy of a tenant; None decides by each thread's
+                stored expiry (its head's ``live_until`` / ``dies_at``).
+        """
+        from ._prune import Pruner
+
+        yield from Pruner(self, request, policy).run()
+        return None
 
     @operation
     def list(
@@ -1860,17 +2252,21 @@ class DynamoDBOps:
     # saver's clock, as every other item's.
 
     def _copy_effects(
-        self, pk: str, entries: builtins.list[dict[str, Any]], target: str
+        self,
+        pk: str,
+        exp: Expiry | None,
+        entries: builtins.list[dict[str, Any]],
+        target: str,
     ) -> Generator[Any, Any, None]:
         """Insert copied entries where the target has none (conditional Puts, in
         transactions of up to 100; an entry already there is kept)."""
 
         def build(now: float) -> builtins.list[builtins.list[dict[str, Any]]]:
-            stamp = self._stamp(now)
+            stamp = self._stamp(exp, now)
             return [[self._put_action({**e, **stamp}, insert_only=True)] for e in entries]
 
         what = f"{len(entries)} effect-journal entries of thread {target!r}"
-        yield from self._write_groups(pk, build, True, what, whole_limit=False)
+        yield from self._write_groups(pk, exp, build, True, what, whole_limit=False)
         return None
 
     @operation
@@ -1922,7 +2318,7 @@ class DynamoDBOps:
             "#qt = if_not_exists(#qt, :qt), #q = if_not_exists(#q, :q), "
             "#cr = if_not_exists(#cr, :now)"
         )
-        stamp = self._stamp(clock)
+        stamp = self._stamp(self._expiry(tenant), clock)
         if stamp:
             update += ", #ex = :ex"
             names["#ex"] = TTL_ATTRIBUTE
@@ -2031,7 +2427,7 @@ class DynamoDBOps:
             ":clock": N(clock),
         }
         update = "SET #st = :done, #oc = :oc, #rt = :rt, #r = :r, #ct = :now"
-        stamp = self._stamp(clock)
+        stamp = self._stamp(self._expiry(tenant), clock)
         if stamp:
             update += ", #ex = :ex"
             values[":ex"] = stamp[TTL_ATTRIBUTE]
@@ -2114,8 +2510,8 @@ class DynamoDBOps:
             params = {**params, "ExclusiveStartKey": last}
         clock = self.now()
         head = next((i for i in items if i["sk"]["S"] == HEAD_SK), None)
-        if head is not None and (_num(head, "live_until", 0) or 0) <= clock:
-            return []  # the thread expired
+        if head is not None and not head_live(head, clock):
+            return []  # the thread expired or is being deleted
         return [
             stored_effect(item, won=False)
             for item in items
@@ -2128,7 +2524,8 @@ class DynamoDBOps:
     ) -> Generator[Any, Any, None]:
         """Write an entry exactly as given (insert or overwrite): one PutItem."""
         _check_effect_size(effect.request, effect.result, effect.effect_id)
-        item = effect_item(thread_pk(tenant, thread), effect, self._stamp(self.now()))
+        stamp = self._stamp(self._expiry(tenant), self.now())
+        item = effect_item(thread_pk(tenant, thread), effect, stamp)
         yield from self._call("put_item", {"TableName": self.table, "Item": item})
         return None
 

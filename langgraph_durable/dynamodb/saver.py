@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
+import sys
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -19,9 +22,10 @@ from urllib.parse import parse_qs, urlsplit
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
+from .._core.retention import DELETE, Retention, RetentionPolicy, check_retention
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidInputError
 from ..protect.encryption import Encryption
 from ..protect.redaction import Redaction
 from . import _driver
@@ -35,6 +39,19 @@ def _positive(name: str, value: Any, kind: Any = int) -> None:
         raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first caller outside this package (for warnings)."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and (
+        frame.f_code.co_filename == "<string>"
+        or str(frame.f_globals.get("__name__", "")).startswith(
+            ("langgraph_durable.", "contextlib", "dataclasses")
+        )
+    ):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
 @dataclass(frozen=True)
 class DynamoDBOptions:
     """Validated settings of a DynamoDB saver.
@@ -44,12 +61,15 @@ class DynamoDBOptions:
         region: AWS region of the client the saver creates (None: boto3's default).
         endpoint_url: Endpoint of that client (e.g. a local DynamoDB-compatible
             server); None for AWS.
-        ttl: Seconds a thread stays readable after its last write, or None for
-            no expiry. Needs TTL enabled on attribute ``expires_at`` (``setup()``
-            does it when ``create_table`` is true).
+        retention: How long threads are kept: a
+            :class:`~langgraph_durable.Retention`, a callable ``tenant ->
+            Retention | None`` (asked on every write), or None to keep every
+            thread. Policies that delete need TTL enabled on attribute
+            ``expires_at`` (``setup()`` does it when ``create_table`` is true).
+        ttl: Deprecated: ``Retention(idle=timedelta(seconds=ttl))``.
         ttl_refresh: Seconds between sweeps that extend the ``expires_at`` of an
-            active thread's items (default: half of ``ttl``). Shorter sweeps
-            more often; longer keeps expired items stored for longer.
+            active thread's items (default: half of the idle bound). Shorter
+            sweeps more often; longer keeps expired items stored for longer.
         create_table: ``setup()`` creates a missing table (on-demand billing) and
             enables TTL; when false it only checks them.
         default_tenant: Tenant used when a call names none.
@@ -67,6 +87,7 @@ class DynamoDBOptions:
     table: str
     region: str | None = None
     endpoint_url: str | None = None
+    retention: Retention | RetentionPolicy | None = None
     ttl: int | None = None
     ttl_refresh: int | None = None
     create_table: bool = True
@@ -91,12 +112,26 @@ class DynamoDBOptions:
             raise ConfigurationError(
                 f"endpoint_url must be an http(s) URL or None, got {self.endpoint_url!r}"
             )
+        check_retention(self.retention)
         if self.ttl is not None:
             _positive("ttl (seconds)", self.ttl)
+            if self.retention is not None:
+                raise ConfigurationError(
+                    "pass retention= or the deprecated ttl=, not both (ttl=N is "
+                    "retention=Retention(idle=timedelta(seconds=N)))"
+                )
+            warnings.warn(
+                "the DynamoDB saver's ttl= is deprecated: use "
+                f"retention=Retention(idle=timedelta(seconds={self.ttl}))",
+                DeprecationWarning,
+                stacklevel=_caller_level(),
+            )
         if self.ttl_refresh is not None:
             _positive("ttl_refresh (seconds)", self.ttl_refresh)
-            if self.ttl is None:
-                raise ConfigurationError("ttl_refresh needs ttl: set ttl (seconds) as well")
+            if self.ttl is None and self.retention is None:
+                raise ConfigurationError(
+                    "ttl_refresh needs ttl or retention: set retention=Retention(idle=...) as well"
+                )
         if not isinstance(self.create_table, bool):
             raise ConfigurationError(
                 f"create_table must be True or False, got {self.create_table!r}"
@@ -113,6 +148,13 @@ class DynamoDBOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
                 raise ConfigurationError(f"{name} must be an integer from 1 to 1000, got {value!r}")
+
+    @property
+    def retention_setting(self) -> Retention | RetentionPolicy | None:
+        """``retention``, or what the deprecated ``ttl`` stands for."""
+        if self.ttl is not None:
+            return Retention(idle=datetime.timedelta(seconds=self.ttl))
+        return self.retention
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> DynamoDBOptions:
@@ -136,11 +178,28 @@ _URL_KEYS = {
     "ttl_refresh": "ttl_refresh",
     "create_table": "create_table",
     "default_tenant": "default_tenant",
+    "retention_idle": "idle",
+    "retention_absolute": "absolute",
+    "retention_strategy": "strategy",
+    "retention_keep": "keep",
 }
+_RETENTION_KEYS = ("idle", "absolute", "strategy", "keep")
+
+
+def _url_duration(value: str) -> Any:
+    """A duration from a URL: seconds (``3600``) or text (``30d``)."""
+    try:
+        return float(value)
+    except ValueError:
+        return value  # Retention parses "30d" and explains what it refuses
 
 
 def parse_conn_string(conn_string: str) -> dict[str, Any]:
-    """Settings from ``dynamodb://TABLE?region=...&endpoint=...&ttl=...``.
+    """Settings from ``dynamodb://TABLE?region=...&endpoint=...&retention_idle=30d``.
+
+    ``retention_idle``, ``retention_absolute`` (seconds, or text such as
+    ``30d``), ``retention_strategy`` (``delete`` or ``keep_latest``) and
+    ``retention_keep`` make the ``retention`` setting (a ``Retention``).
 
     Raises:
         ConfigurationError: Not a ``dynamodb://`` URL, or an unknown parameter.
@@ -151,9 +210,10 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
     if parts.scheme != "dynamodb" or not parts.netloc:
         raise ConfigurationError(
             f"{conn_string!r} is not a DynamoDB URL: use dynamodb://TABLE?region=REGION"
-            "[&endpoint=http://HOST:PORT][&ttl=SECONDS]"
+            "[&endpoint=http://HOST:PORT][&retention_idle=30d]"
         )
     settings: dict[str, Any] = {"table": parts.netloc}
+    retention: dict[str, Any] = {}
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         if name not in _URL_KEYS:
             raise ConfigurationError(
@@ -169,7 +229,22 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ConfigurationError(f"create_table must be true or false, got {value!r}")
             value = value.lower() in ("true", "1")
-        settings[_URL_KEYS[name]] = value
+        elif name in ("retention_idle", "retention_absolute"):
+            value = _url_duration(value)
+        elif name == "retention_keep":
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from None
+        if _URL_KEYS[name] in _RETENTION_KEYS:
+            retention[_URL_KEYS[name]] = value
+        else:
+            settings[_URL_KEYS[name]] = value
+    if retention:
+        try:
+            settings["retention"] = Retention(**retention)
+        except InvalidInputError as exc:
+            raise ConfigurationError(f"{exc} (in {conn_string!r})") from exc
     return settings
 
 
@@ -192,6 +267,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         clock: Callable[[], float] | None = None,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
+        retention: Retention | RetentionPolicy | None = None,
         **settings: Any,
     ) -> None:
         if options is not None and settings:
@@ -199,11 +275,24 @@ class _DynamoDBSaverBase(DurableSaverBase):
                 "pass either options=DynamoDBOptions(...) or settings, not both: "
                 f"{sorted(settings)}"
             )
-        self.options = options if options is not None else DynamoDBOptions.from_settings(settings)
-        if not isinstance(self.options, DynamoDBOptions):
+        if options is None:
+            if retention is not None:
+                settings["retention"] = retention
+            options = DynamoDBOptions.from_settings(settings)
+        elif not isinstance(options, DynamoDBOptions):
             raise ConfigurationError(f"options must be DynamoDBOptions, got {options!r}")
+        elif retention is not None:
+            options = dataclasses.replace(options, retention=retention)
+        self.options = options
         self._clock = clock or time.time
-        self._init_base(serde, tenant, self.options.default_tenant, encryption, redaction)
+        self._init_base(
+            serde,
+            tenant,
+            self.options.default_tenant,
+            encryption,
+            redaction,
+            retention=self.options.retention_setting,
+        )
         self._owns_client = client is None
         self.client = (
             _driver.make_client(self.options) if client is None else _driver.check_client(client)
@@ -215,12 +304,16 @@ class _DynamoDBSaverBase(DurableSaverBase):
 
     def _make_ops(self, codec: CheckpointCodec) -> DynamoDBOps:
         o = self.options
+        retention = self.retention
         return DynamoDBOps(
             o.table,
             codec,
             now=self._clock,
-            ttl=o.ttl,
             ttl_refresh=o.ttl_refresh,
+            retention=None if retention is None else self._retention_for,
+            # a fixed keep_latest policy never deletes whole threads: no TTL needed
+            ttl_needed=retention is not None
+            and not (isinstance(retention, Retention) and retention.strategy != DELETE),
             retry=RetryPolicy(o.max_attempts, o.retry_base_delay, o.retry_max_delay),
             get_page_items=o.get_page_items,
             list_page_items=o.list_page_items,
@@ -232,7 +325,10 @@ class _DynamoDBSaverBase(DurableSaverBase):
         return self.options.table
 
     def _setup_op(self) -> Operation[list[str]]:
-        return self._ops.setup(self.options.create_table)
+        # the deprecated ttl= stores nothing new (its tables stay as they were)
+        retention = self.options.retention
+        stored = retention.to_json() if isinstance(retention, Retention) else None
+        return self._ops.setup(self.options.create_table, stored)
 
     def _close_client(self) -> None:
         if self._owns_client:
@@ -260,6 +356,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
         redaction: PII redaction before anything is stored
             (:class:`~langgraph_durable.protect.Redaction`); None stores values
             as they are.
+        retention: How long threads are kept (:class:`~langgraph_durable.Retention`,
+            or a callable ``tenant -> Retention | None``); see ``prune_expired``
+            and docs/dynamodb.md. Replaces the deprecated ``ttl`` setting.
         **settings: :class:`DynamoDBOptions` fields, when ``options`` is None.
 
     Example:
@@ -293,6 +392,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
 
     def setup(self) -> list[str]:
         """Create the table and enable TTL when asked; otherwise check them.
+
+        A fixed ``retention`` policy is stored in the table too (the command
+        line's ``prune`` reads it).
 
         Returns:
             What this call changed (empty when the table was ready).

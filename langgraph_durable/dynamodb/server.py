@@ -10,7 +10,11 @@ Settings come from the environment:
 
 ====================================== ============================================
 ``LGD_DYNAMODB_URL``                   ``dynamodb://TABLE?region=...``
-                                       (``&endpoint=...`` for a local server)
+                                       (``&endpoint=...`` for a local server;
+                                       ``&retention_idle=30d``,
+                                       ``&retention_absolute=90d``,
+                                       ``&retention_strategy=keep_latest``,
+                                       ``&retention_keep=N`` for retention)
                                        (required)
 ``LGD_DYNAMODB_SETUP``                 ``off`` skips ``setup()`` (table creation or
                                        checks) at start

@@ -16,7 +16,6 @@ from langgraph_durable.errors import (
     InvalidInputError,
     SchemaError,
     StorageUnavailableError,
-    UnsupportedOperationError,
 )
 from tests.dynamodb.helpers import CallCounter, make_client, raw_items
 from tests.helpers import (
@@ -197,14 +196,14 @@ def test_unchanged_blob_survives_keep_latest(saver: DynamoDBSaver) -> None:
     assert len(blobs) == 2  # big (shared) and the kept counter version
 
 
-def test_prune_refuses_delta_channel_threads(saver: DynamoDBSaver) -> None:
+def test_prune_keeps_what_delta_channel_threads_need(saver: DynamoDBSaver) -> None:
     put_chain(saver, "plain", 3)
-    saver.put(cfg("d"), make_cp(), {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
-    with pytest.raises(UnsupportedOperationError, match="DeltaChannel"):
-        saver.prune(["plain", "d"])
-    # nothing changed, not even the thread checked first
-    assert len(list(saver.list(cfg("plain")))) == 3
-    assert saver.get_tuple(cfg("d")) is not None
+    first = saver.put(cfg("d"), make_cp(), {}, {})
+    second = saver.put(first, make_cp(), {"counters_since_delta_snapshot": {"m": [1, 1]}}, {})
+    saver.put(second, make_cp(), {"counters_since_delta_snapshot": {"m": [2, 2]}}, {})
+    saver.prune(["plain", "d"])
+    assert len(list(saver.list(cfg("plain")))) == 1
+    assert len(list(saver.list(cfg("d")))) == 3  # the chain back to a snapshot
     with pytest.raises(InvalidInputError, match="strategy"):
         saver.prune(["d"], strategy="everything")
     saver.prune(["d"], strategy="delete")
