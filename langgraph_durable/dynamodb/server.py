@@ -16,6 +16,10 @@ Settings come from the environment:
                                        ``&retention_strategy=keep_latest``,
                                        ``&retention_keep=N`` for retention)
                                        (required)
+``LGD_RETENTION_IDLE``                 retention, as for the other backends (also
+                                       ``LGD_RETENTION_ABSOLUTE``, ``_STRATEGY``,
+                                       ``_KEEP``); the URL's ``retention_*``
+                                       parameters win over them
 ``LGD_DYNAMODB_SETUP``                 ``off`` skips ``setup()`` (table creation or
                                        checks) at start
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
@@ -35,7 +39,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._server import encryption_from_env, env_flag, env_required, set_up_saver
+from .._server import (
+    encryption_from_env,
+    env_flag,
+    env_required,
+    retention_from_env,
+    set_up_saver,
+)
 from .saver import AsyncDynamoDBSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
@@ -54,17 +64,26 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         ConfigurationError: ``LGD_DYNAMODB_URL`` is missing or a value is malformed.
     """
     env = os.environ if env is None else env
-    return {
+    settings: dict[str, Any] = {
         "url": env_required(env, "LGD_DYNAMODB_URL", "dynamodb://TABLE?region=REGION"),
         "encryption": encryption_from_env(env),
         "setup": env_flag(env, "LGD_DYNAMODB_SETUP", True),
     }
+    retention = retention_from_env(env)
+    if retention is not None:
+        settings["retention"] = retention
+    return settings
 
 
 @asynccontextmanager
 async def checkpointer() -> AsyncIterator[AsyncDynamoDBSaver]:
     """An ``AsyncDynamoDBSaver`` configured from the environment, set up and closed."""
     settings = settings_from_env()
-    opened = AsyncDynamoDBSaver.from_conn_string(settings["url"], encryption=settings["encryption"])
+    extra: dict[str, Any] = {}
+    if "retention" in settings and "retention_" not in settings["url"]:
+        extra["retention"] = settings["retention"]
+    opened = AsyncDynamoDBSaver.from_conn_string(
+        settings["url"], encryption=settings["encryption"], **extra
+    )
     async with set_up_saver(opened, settings["setup"]) as saver:
         yield saver

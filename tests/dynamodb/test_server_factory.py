@@ -75,3 +75,12 @@ async def test_factory_encrypts_with_the_keyring_from_the_environment(
         await saver.aput(config, cp, {}, {})
         tup = await saver.aget_tuple(config)
         assert tup is not None and tup.checkpoint["id"] == cp["id"]
+
+
+def test_settings_read_the_shared_retention_variables() -> None:
+    from datetime import timedelta
+
+    from langgraph_durable import Retention
+
+    s = settings_from_env({"LGD_DYNAMODB_URL": "dynamodb://t", "LGD_RETENTION_IDLE": "30d"})
+    assert s["retention"] == Retention(idle=timedelta(days=30))
