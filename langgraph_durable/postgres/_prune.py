@@ -486,26 +486,36 @@ def trim_batch(
         "{a}.tenant_id = g.tenant_id AND {a}.thread_id = g.thread_id AND {a}.epoch = g.epoch "
         "AND {a}.checkpoint_ns = g.checkpoint_ns AND {a}.checkpoint_id = g.checkpoint_id"
     )
-    # Blobs that no checkpoint outside the doomed set references.
-    unreferenced = (
+    # The blobs still needed: those a surviving checkpoint references and,
+    # for deltas, every base of their chains; the thread's other blobs go.
+    needed = (
+        "WITH RECURSIVE need AS ("
+        "SELECT c.tenant_id, c.thread_id, c.epoch, c.checkpoint_ns, r.channel, r.version "
+        f"FROM {s}.checkpoints c JOIN {_BATCH} ON c.tenant_id = d.tenant_id "
+        "AND c.thread_id = d.thread_id AND c.epoch = d.epoch "
+        "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+        "WHERE true {extra} "
+        "UNION SELECT b.tenant_id, b.thread_id, b.epoch, b.checkpoint_ns, b.channel, b.base "
+        f"FROM need n JOIN {s}.blobs b ON b.tenant_id = n.tenant_id "
+        "AND b.thread_id = n.thread_id AND b.epoch = n.epoch "
+        "AND b.checkpoint_ns = n.checkpoint_ns AND b.channel = n.channel "
+        "AND b.version = n.version WHERE b.base IS NOT NULL) "
+    )
+    unneeded = (
         f"FROM {s}.blobs b JOIN {_BATCH} ON b.tenant_id = d.tenant_id "
         "AND b.thread_id = d.thread_id AND b.epoch = d.epoch WHERE NOT EXISTS ("
-        f"SELECT 1 FROM {s}.checkpoints c CROSS JOIN LATERAL "
-        "unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
-        "WHERE c.tenant_id = b.tenant_id AND c.thread_id = b.thread_id AND c.epoch = b.epoch "
-        "AND c.checkpoint_ns = b.checkpoint_ns AND r.channel = b.channel "
-        "AND r.version = b.version {extra})"
+        "SELECT 1 FROM need n WHERE n.tenant_id = b.tenant_id AND n.thread_id = b.thread_id "
+        "AND n.epoch = b.epoch AND n.checkpoint_ns = b.checkpoint_ns "
+        "AND n.channel = b.channel AND n.version = b.version)"
     )
     tparams = {**_arrays(trimmed), **gp}
     if dry_run:
+        survivors = f"AND NOT EXISTS (SELECT 1 FROM {gone_rows} WHERE {key.format(a='c')})"
         row = yield _q(
-            "SELECT (SELECT coalesce(sum(octet_length(w.blob)), 0) "
+            needed.format(extra=survivors)
+            + "SELECT (SELECT coalesce(sum(octet_length(w.blob)), 0) "
             f"FROM {s}.writes w JOIN {gone_rows} ON {key.format(a='w')}), "
-            "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) "
-            + unreferenced.format(
-                extra=f"AND NOT EXISTS (SELECT 1 FROM {gone_rows} WHERE {key.format(a='c')})"
-            )
-            + ")",
+            "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) " + unneeded + ")",
             tparams,
         )
         report.bytes += size + int(row[0]) + int(row[1])
@@ -520,14 +530,15 @@ def trim_batch(
     )
     report.bytes += size + int(row[0])
     row = yield _q(
-        f"WITH b AS (DELETE FROM {s}.blobs x USING (SELECT b.tenant_id, b.thread_id, b.epoch, "
-        "b.checkpoint_ns, b.channel, b.version "
-        + unreferenced.format(extra="")
+        needed.format(extra="")
+        + f", gone AS (DELETE FROM {s}.blobs x USING (SELECT b.tenant_id, b.thread_id, "
+        "b.epoch, b.checkpoint_ns, b.channel, b.version "
+        + unneeded
         + ") AS u WHERE x.tenant_id = u.tenant_id AND x.thread_id = u.thread_id "
         "AND x.epoch = u.epoch AND x.checkpoint_ns = u.checkpoint_ns "
         "AND x.channel = u.channel AND x.version = u.version "
         "RETURNING coalesce(octet_length(x.blob), 0) AS n) "
-        "SELECT coalesce(sum(n), 0) FROM b",
+        "SELECT coalesce(sum(n), 0) FROM gone",
         tparams,
     )
     report.bytes += int(row[0])

@@ -41,7 +41,7 @@ from .._core.codec import (
 )
 from .._core.effects import DONE, StoredEffect
 from .._core.epochs import EpochCache
-from .._core.records import Sealed, StoredDataKey
+from .._core.records import BlobDelta, CheckpointRecord, Sealed, StoredDataKey
 from .._core.retention import DELETE, PruneReport, PruneRequest, Retention
 from .._core.sansio import Emit, operation
 from ..errors import (
@@ -57,6 +57,8 @@ __all__ = ["Query", "PostgresOps", "MIGRATIONS", "validate_schema_name"]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LIST_PAGE_SIZE = 100
+#: Deepest delta chain a read follows (the saver's ``delta_chain`` is at most 1000).
+MAX_CHAIN_READ = 1001
 # How stale a thread's updated_at may get while it is being written.
 TOUCH_INTERVAL = "30 seconds"
 
@@ -236,6 +238,11 @@ BEGIN
 END
 $fn$;
 """,
+    # 6: delta blobs: a list value stored as the items appended to version ``base``
+    # (which has ``base_count`` items); NULL for a full copy (every row before this)
+    """
+ALTER TABLE {s}.blobs ADD COLUMN base text, ADD COLUMN base_count integer;
+""",
 ]
 
 # How often effect_claim runs again when its statement saw neither its own insert
@@ -306,25 +313,37 @@ class PostgresOps:
         )
         self.PUT_SQL = (
             f"WITH {thread_cte}, "
-            f"b AS (INSERT INTO {s}.blobs "
-            "(tenant_id, thread_id, checkpoint_ns, channel, version, epoch, type, blob) "
-            "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, u.blob "
-            "FROM t CROSS JOIN unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
-            "%(b_types)s::text[], %(b_blobs)b::bytea[]) AS u(channel, version, type, blob) "
-            "ON CONFLICT DO NOTHING), "
+            "u AS (SELECT * FROM unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
+            "%(b_types)s::text[], %(b_blobs)b::bytea[], %(b_bases)s::text[], "
+            "%(b_counts)s::integer[]) AS u(channel, version, type, blob, base, base_count)), "
+            # A delta's base must still be stored (the thread may have been deleted
+            # or pruned since this process wrote it): if not, nothing is written and
+            # the caller writes the checkpoint again with full copies.
+            "missing AS (SELECT 1 FROM u WHERE u.base IS NOT NULL AND NOT EXISTS ("
+            f"SELECT 1 FROM {s}.blobs x, t WHERE x.tenant_id = %(tenant)s "
+            "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s AND x.epoch = t.epoch "
+            "AND x.channel = u.channel AND x.version = u.base)), "
+            f"b AS (INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, "
+            "version, epoch, type, blob, base, base_count) "
+            "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, "
+            "u.blob, u.base, u.base_count FROM t CROSS JOIN u "
+            "WHERE NOT EXISTS (SELECT 1 FROM missing) "
+            "ON CONFLICT DO NOTHING RETURNING channel), "
             f"c AS (INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, "
             "checkpoint_id, epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
             "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, t.epoch, %(parent)s, "
             "%(v)s, %(run_id)s, %(r_channels)s::text[], %(r_versions)s::text[], "
             "%(metadata_index)s::jsonb, %(c_type)s, %(c_data)b, %(m_type)s, %(m_data)b FROM t "
+            "WHERE NOT EXISTS (SELECT 1 FROM missing) "
             "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch) DO UPDATE SET "
             "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, v = EXCLUDED.v, "
             "run_id = EXCLUDED.run_id, blob_channels = EXCLUDED.blob_channels, "
             "blob_versions = EXCLUDED.blob_versions, metadata_index = EXCLUDED.metadata_index, "
             "checkpoint_type = EXCLUDED.checkpoint_type, checkpoint = EXCLUDED.checkpoint, "
             "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata) "
-            "SELECT epoch FROM t"
+            "SELECT (SELECT epoch FROM t), EXISTS (SELECT 1 FROM missing), "
+            "(SELECT array_agg(channel) FROM b)"
         )
         writes_head = (
             f"WITH {thread_cte}, "
@@ -346,7 +365,7 @@ class PostgresOps:
         self._select_head = (
             "SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, "
             "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
-            "bl.channels, bl.versions, bl.types, bl.blobs, "
+            "bl.channels, bl.versions, bl.types, bl.blobs, bl.bases, bl.base_counts, bl.depths, "
             "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
             "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.metadata_index, "
             "c.epoch FROM ("
@@ -495,13 +514,25 @@ class PostgresOps:
     def _tail(self, blobs: str, writes: str, epoch: str) -> str:
         """Joins a checkpoint row ``c`` to its blobs, writes and parent's sends."""
         return (
+            # The referenced blobs (depth 0) and, for deltas, every blob of their
+            # chains down to a full copy (depth > 0), in the same statement.
             ") AS c CROSS JOIN LATERAL ("
-            "SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions, "
-            "array_agg(b.type) AS types, array_agg(b.blob) AS blobs "
+            "WITH RECURSIVE chain AS ("
+            "SELECT b.channel, b.version, b.type, b.blob, b.base, b.base_count, 0 AS depth "
             "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
             f"JOIN {blobs} b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
             f"AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = {epoch} "
-            "AND b.channel = r.channel AND b.version = r.version) AS bl "
+            "AND b.channel = r.channel AND b.version = r.version "
+            "UNION ALL "
+            "SELECT b.channel, b.version, b.type, b.blob, b.base, b.base_count, ch.depth + 1 "
+            f"FROM chain ch JOIN {blobs} b ON b.tenant_id = c.tenant_id "
+            f"AND b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns "
+            f"AND b.epoch = {epoch} AND b.channel = ch.channel AND b.version = ch.base "
+            f"WHERE ch.base IS NOT NULL AND ch.depth < {MAX_CHAIN_READ}) "
+            "SELECT array_agg(channel) AS channels, array_agg(version) AS versions, "
+            "array_agg(type) AS types, array_agg(blob) AS blobs, array_agg(base) AS bases, "
+            "array_agg(base_count) AS base_counts, array_agg(depth) AS depths "
+            "FROM chain) AS bl "
             f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
             "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
             f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
@@ -591,7 +622,26 @@ class PostgresOps:
     ) -> Generator[Any, Any, Any]:
         """Store a checkpoint with its new blobs: one statement, one round trip."""
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
-        params = {
+        try:
+            row = yield from self._with_partition(Query(self.PUT_SQL, self._put_params(rec), "one"))
+            if row is not None and row[1]:
+                # a delta's base is gone: write this checkpoint with full copies
+                self.codec.forget_thread(key.tenant, key.thread)
+                rec = self.codec.encode_checkpoint(
+                    key, config, checkpoint, metadata, new_versions, allow_delta=False
+                )
+                row = yield from self._with_partition(
+                    Query(self.PUT_SQL, self._put_params(rec), "one")
+                )
+        except BaseException:
+            self.codec.forget_thread(key.tenant, key.thread)
+            raise
+        self.codec.written(rec, list(row[2] or []) if row is not None else [])
+        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
+        return self.codec.config(key, rec.checkpoint_id)
+
+    def _put_params(self, rec: CheckpointRecord) -> dict[str, Any]:
+        return {
             "tenant": rec.tenant,
             "thread": rec.thread,
             "ns": rec.ns,
@@ -610,11 +660,10 @@ class PostgresOps:
             "b_versions": text_array(b.version for b in rec.blobs),
             "b_types": text_array(b.sealed.type if b.sealed else "empty" for b in rec.blobs),
             "b_blobs": [b.sealed.data if b.sealed else None for b in rec.blobs],
+            "b_bases": text_array(b.base for b in rec.blobs),
+            "b_counts": [b.prefix if b.base is not None else None for b in rec.blobs],
             **self._expiry(rec.tenant),
         }
-        row = yield from self._with_partition(Query(self.PUT_SQL, params, "one"))
-        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
-        return self.codec.config(key, rec.checkpoint_id)
 
     @operation
     def put_writes(
@@ -737,6 +786,7 @@ class PostgresOps:
         order = " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
         remaining = limit
         cursor: tuple[str, str, str] | None = None
+        memo = self.codec.list_memo()
         while True:
             page = LIST_PAGE_SIZE if remaining is None else min(remaining, LIST_PAGE_SIZE)
             where = base_where
@@ -772,7 +822,7 @@ class PostgresOps:
             for row in rows:
                 stored = _stored(row)
                 row_key = ThreadKey(tenant, stored.thread, stored.ns, echo_tenant)
-                yield Emit(self.codec.decode(row_key, stored))
+                yield Emit(self.codec.decode(row_key, stored, memo))
             if len(rows) < page:
                 return None
             if remaining is not None:
@@ -849,8 +899,9 @@ class PostgresOps:
         )
         yield Query(
             f"INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, version, "
-            "epoch, type, blob) SELECT tenant_id, %(target)s, checkpoint_ns, channel, version, "
-            f"%(dst_epoch)s, type, blob FROM {s}.blobs WHERE {src} ON CONFLICT DO NOTHING",
+            "epoch, type, blob, base, base_count) SELECT tenant_id, %(target)s, checkpoint_ns, "
+            f"channel, version, %(dst_epoch)s, type, blob, base, base_count FROM {s}.blobs "
+            f"WHERE {src} ON CONFLICT DO NOTHING",
             p,
         )
         yield Query(
@@ -1126,6 +1177,9 @@ def text_array(values: Any) -> str:
     """
     parts = []
     for value in values:
+        if value is None:
+            parts.append("NULL")
+            continue
         parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
     return "{" + ",".join(parts) + "}"
 
@@ -1187,6 +1241,9 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         b_versions,
         b_types,
         b_blobs,
+        b_bases,
+        b_counts,
+        b_depths,
         w_tasks,
         w_paths,
         w_idxs,
@@ -1201,9 +1258,24 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         metadata_index,
         _epoch,
     ) = row
-    blobs = list(
-        zip(b_channels or [], b_versions or [], _sealed_list(b_types, b_blobs), strict=True)
-    )
+    blobs: list[tuple[str, str, Sealed | BlobDelta | None]] = []
+    bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
+    for channel, version, sealed, base, count, depth in zip(
+        b_channels or [],
+        b_versions or [],
+        _sealed_list(b_types, b_blobs),
+        b_bases or [],
+        b_counts or [],
+        b_depths or [],
+        strict=True,
+    ):
+        value: Sealed | BlobDelta | None = sealed
+        if base is not None and sealed is not None:
+            value = BlobDelta(str(base), int(count), sealed)
+        if depth:
+            bases[(channel, version)] = value
+        else:
+            blobs.append((channel, version, value))
     writes = list(
         zip(
             w_tasks or [],
@@ -1225,6 +1297,7 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         body=Sealed(c_type, bytes(c_data)),
         metadata=Sealed(m_type, bytes(m_data)),
         blobs=blobs,
+        bases=bases,
         writes=cast("list[tuple[str, str, int, str, Sealed]]", writes),
         parent_sends=cast("list[tuple[str, str, int, Sealed]]", sends),
         metadata_index=metadata_index,

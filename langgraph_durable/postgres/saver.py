@@ -20,6 +20,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
+from .._core.delta import DEFAULT_MAX_CHAIN
 from .._core.retention import Retention, RetentionPolicy
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
@@ -46,6 +47,10 @@ class PostgresOptions:
             transaction mode.
         pool_size: Size of the pool the saver opens when given a URL.
         pool_timeout: Seconds to wait for a connection from that pool.
+        delta_chain: A list channel that grows by appending (``messages``) is
+            stored as the items added since the previous version, with a full
+            copy after at most this many deltas (0-1000; 0 stores every
+            version in full). See ``docs/postgres.md``.
     """
 
     schema: str = "langgraph_durable"
@@ -54,6 +59,7 @@ class PostgresOptions:
     prepare: bool = True
     pool_size: int = 4
     pool_timeout: float = 30.0
+    delta_chain: int = DEFAULT_MAX_CHAIN
 
     def __post_init__(self) -> None:
         validate_schema_name(self.schema)
@@ -69,6 +75,15 @@ class PostgresOptions:
             raise ConfigurationError(
                 f"pool_size must be a positive integer, got {self.pool_size!r}"
             )
+        if (
+            isinstance(self.delta_chain, bool)
+            or not isinstance(self.delta_chain, int)
+            or not 0 <= self.delta_chain <= 1000
+        ):
+            raise ConfigurationError(
+                "delta_chain must be an integer from 0 to 1000 (0: no deltas), "
+                f"got {self.delta_chain!r}"
+            )
         if not isinstance(self.pool_timeout, (int, float)) or self.pool_timeout <= 0:
             raise ConfigurationError(
                 f"pool_timeout must be a positive number of seconds, got {self.pool_timeout!r}"
@@ -82,6 +97,7 @@ def _options(
     prepare_threshold: int | None,
     pool_size: int,
     pool_timeout: float,
+    delta_chain: int = DEFAULT_MAX_CHAIN,
 ) -> PostgresOptions:
     if prepare_threshold is not None and (
         not isinstance(prepare_threshold, int) or prepare_threshold < 0
@@ -97,6 +113,7 @@ def _options(
         prepare=prepare_threshold is not None,
         pool_size=pool_size,
         pool_timeout=pool_timeout,
+        delta_chain=delta_chain,
     )
 
 
@@ -122,12 +139,22 @@ class _PostgresSaverBase(DurableSaverBase):
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
+        delta_chain: int = DEFAULT_MAX_CHAIN,
     ) -> None:
         self.options = _options(
-            schema, default_tenant, partition_days, prepare_threshold, pool_size, pool_timeout
+            schema,
+            default_tenant,
+            partition_days,
+            prepare_threshold,
+            pool_size,
+            pool_timeout,
+            delta_chain,
         )
         self._init_base(serde, tenant, default_tenant, encryption, redaction, retention)
         self._conn = self._connector(conn, self.options)
+
+    def _delta_chain(self) -> int:
+        return self.options.delta_chain
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
         return PostgresOps(self.options.schema, codec, self._retention_for)
@@ -170,6 +197,9 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
             command apply; with ``strategy="delete"`` each write also stores
             the thread's expiry. ``setup()`` stores a plain ``Retention`` as
             the schema's policy (``docs/operations.md``).
+        delta_chain: Store list channels that grow by appending (``messages``)
+            as the items added since the previous version, with a full copy
+            after at most this many deltas (0: every version in full).
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:
