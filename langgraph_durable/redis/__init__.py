@@ -3,7 +3,7 @@
 Plain Redis 7+ or Valkey, no modules; Redis Cluster through hash-tagged keys.
 """
 
-from ._ops import SetupResult
+from ._admin import SetupResult
 from .saver import AsyncRedisSaver, RedisOptions, RedisSaver
 
 __all__ = ["RedisSaver", "AsyncRedisSaver", "RedisOptions", "SetupResult"]

@@ -36,7 +36,8 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ._ops import Batch, Command, ScanKeys, Script, split_cluster_url
+from ._keys import split_cluster_url
+from ._requests import Batch, Command, ScanKeys, Script
 
 R = TypeVar("R")
 

@@ -4,8 +4,9 @@ Pure like ``_ops`` (no redis import, no I/O): generators that yield requests
 and receive their results. The decisions come from the pure core
 (``langgraph_durable._core.retention``): whether a thread has expired
 (``thread_expired``) and which checkpoints ``keep_latest`` keeps
-(``keep_set``); the scripts below only read what those need and carry out the
-answer, each on one thread, atomically, in the thread's slot.
+(``keep_set``); the scripts (``lua/prune_*.lua``, loaded by ``_scripts``)
+only read what those need and carry out the answer, each on one thread,
+atomically, in the thread's slot.
 
 A run, for each thread of each tenant index (``P:threads:{tenant}``, read with
 ZSCAN so entries removed meanwhile never make it skip others):
@@ -53,19 +54,19 @@ from .._core.retention import (
 )
 from .._core.sansio import Blocking, Emit
 from ..errors import DurableError, StorageError
-from ._ops import (
+from ._keys import KeyLayout, _ident
+from ._records import _text
+from ._requests import Batch, Command, ScanKeys, Script, _chunks, _first_error
+from ._scripts import (
     INDEX_FORGET,
-    Batch,
-    Command,
-    KeyLayout,
-    ScanKeys,
-    Script,
-    _chunks,
-    _first_error,
-    _ident,
-    _index_lua,
-    _lua,
-    _text,
+    INDEX_SCAN,
+    LOCK_RELEASE,
+    LOCK_TAKE,
+    PRUNE_DROP,
+    PRUNE_INSPECT,
+    PRUNE_NODES,
+    PRUNE_SCRIPTS,
+    PRUNE_TRIM,
 )
 
 __all__ = ["PRUNE_SCRIPTS", "prune_expired", "trim_threads", "checkpoint_seconds"]
@@ -82,183 +83,6 @@ TRIM_CHUNK = 100
 ANY_TIME = "*"
 #: 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
 _UUID_EPOCH = 0x01B21DD213814000
-
-# ---------------------------------------------------------------- Lua
-
-_PRUNE_PRELUDE = r"""
-local function hash_bytes(key)
-  local n = 0
-  for _, f in ipairs(redis.call('HKEYS', key)) do n = n + redis.call('HSTRLEN', key, f) end
-  return n
-end
-
--- Stored bytes of the whole thread: every value of its hashes and journal entries.
-local function thread_bytes()
-  local n = hash_bytes(H) + hash_bytes(C) + hash_bytes(B) + hash_bytes(W)
-  for _, id in ipairs(redis.call('SMEMBERS', E)) do n = n + hash_bytes(E .. ':' .. id) end
-  return n
-end
-
--- Stored bytes of one checkpoint: header, payload, its task list and writes.
-local function checkpoint_bytes(f)
-  local n = redis.call('HSTRLEN', H, f) + redis.call('HSTRLEN', C, f) +
-    redis.call('HSTRLEN', W, f)
-  for _, task in ipairs(tasks_of(f)) do n = n + redis.call('HSTRLEN', W, f .. SEP .. task) end
-  return n
-end
-
--- Whether the thread is as the pruner read it: its header hash has as many
--- fields, and (unless touched is '*') its last write is the one it read.
-local function unchanged(hlen, touched)
-  if redis.call('HLEN', H) ~= tonumber(hlen) then return false end
-  return touched == '*' or (redis.call('HGET', H, TOUCHED) or '') == touched
-end
-"""
-
-
-def _prune_lua(name: str, flags: str | None, body: str) -> Any:
-    return _lua(name, flags, _PRUNE_PRELUDE + "\n" + body.strip())
-
-
-# Returns {exists (I), created, touched ('' where missing), latest "<id>\0<ns>"
-# ('' for none), fields of the header hash}.
-PRUNE_INSPECT = _prune_lua(
-    "prune_inspect",
-    "no-writes",
-    r"""
-local last = redis.call('ZREVRANGE', N, 0, 0)
-return {redis.call('EXISTS', I), redis.call('HGET', H, CREATED) or '',
-        redis.call('HGET', H, TOUCHED) or '', last[1] or '', redis.call('HLEN', H)}
-""",
-)
-
-# ARGV: header-hash fields, last-write time (as PRUNE_INSPECT read them), dry run
-# ('1'/'0'). Returns {status, checkpoints, bytes}: status 1 deleted (or, dry,
-# would be), 0 the thread is gone, -1 it changed since it was read (untouched).
-PRUNE_DROP = _prune_lua(
-    "prune_drop",
-    "allow-oom",
-    r"""
-if redis.call('EXISTS', I) == 0 then return {0, 0, 0} end
-if not unchanged(ARGV[1], ARGV[2]) then return {-1, 0, 0} end
-local n, bytes = redis.call('ZCARD', I), thread_bytes()
-if ARGV[3] ~= '1' then drop_thread() end
-return {1, n, bytes}
-""",
-)
-
-# What keep_set needs of every checkpoint. Returns {exists (I), header-hash
-# fields, last-write time, {field, v, parent ('' for none), DeltaChannel flag,
-# parent's writes hold sends (format < 4 only), ...}}.
-PRUNE_NODES = _prune_lua(
-    "prune_nodes",
-    "no-writes",
-    r"""
-local out = {}
-local all = redis.call('HGETALL', H)
-for j = 1, #all, 2 do
-  local f = all[j]
-  if not is_meta(f) then
-    local h = cmsgpack.unpack(all[j + 1])
-    local sends = 0
-    if h[1] < 4 and h[2] then
-      local ns = split(f)
-      if has_sends(ns .. SEP .. h[2]) then sends = 1 end
-    end
-    out[#out + 1] = f
-    out[#out + 1] = h[1]
-    out[#out + 1] = h[2] or ''
-    out[#out + 1] = h[5] and 1 or 0
-    out[#out + 1] = sends
-  end
-end
-return {redis.call('EXISTS', I), redis.call('HLEN', H), redis.call('HGET', H, TOUCHED) or '',
-        out}
-""",
-)
-
-# ARGV: header-hash fields and last-write time as read ('*': any), dry run
-# ('1'/'0'), then the fields of the checkpoints to delete. Deletes them with
-# their writes, then every blob no remaining checkpoint reads (a delta's bases
-# included). Returns {status, checkpoints, bytes} as PRUNE_DROP.
-PRUNE_TRIM = _prune_lua(
-    "prune_trim",
-    "allow-oom",
-    r"""
-if redis.call('EXISTS', I) == 0 then return {0, 0, 0} end
-if not unchanged(ARGV[1], ARGV[2]) then return {-1, 0, 0} end
-local dry = ARGV[3] == '1'
-local gone, n, bytes = {}, 0, 0
-for j = 4, #ARGV do
-  local f = ARGV[j]
-  if not gone[f] and not is_meta(f) and redis.call('HEXISTS', H, f) == 1 then
-    gone[f] = true
-    n = n + 1
-    bytes = bytes + checkpoint_bytes(f)
-  end
-end
-local refs = {}
-local all = redis.call('HGETALL', H)
-for j = 1, #all, 2 do
-  local f = all[j]
-  if not is_meta(f) and not gone[f] then mark_refs(f, cmsgpack.unpack(all[j + 1]), refs) end
-end
-for _, bf in ipairs(redis.call('HKEYS', B)) do
-  if not refs[bf] then
-    bytes = bytes + redis.call('HSTRLEN', B, bf)
-    if not dry then redis.call('HDEL', B, bf) end
-  end
-end
-if not dry then
-  for f in pairs(gone) do drop(f) end
-end
-return {1, n, bytes}
-""",
-)
-
-# KEYS: a tenant's index. ARGV: cursor, count. {next cursor, {member, score, ...}}.
-INDEX_SCAN = _index_lua(
-    "index_scan",
-    "no-writes",
-    "return redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])",
-)
-
-# KEYS: the lock. ARGV: this pruner, lease (ms), a holder to take over ('' for
-# none). Takes (or renews) the lock when it is free, held by this pruner or by
-# that holder. Returns {1} or {0, the holder}.
-LOCK_TAKE = _index_lua(
-    "prune_lock_take",
-    "allow-oom",
-    r"""
-local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[1] or (ARGV[3] ~= '' and cur == ARGV[3]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1}
-end
-return {0, cur}
-""",
-)
-
-# KEYS: the lock. ARGV: this pruner. Deletes the lock if this pruner holds it.
-LOCK_RELEASE = _index_lua(
-    "prune_lock_release",
-    "allow-oom",
-    r"""
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-""",
-)
-
-#: The pruner's scripts, for ``setup()`` to load.
-PRUNE_SCRIPTS = (
-    PRUNE_INSPECT,
-    PRUNE_DROP,
-    PRUNE_NODES,
-    PRUNE_TRIM,
-    INDEX_SCAN,
-    LOCK_TAKE,
-    LOCK_RELEASE,
-)
 
 # ---------------------------------------------------------------- helpers
 

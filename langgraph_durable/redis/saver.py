@@ -28,7 +28,10 @@ from ..errors import ConfigurationError
 from ..protect.encryption import Encryption
 from ..protect.redaction import Redaction
 from . import _driver
-from ._ops import LIST_PAGE_SIZE, KeyLayout, RedisOps, SetupResult, validate_prefix
+from ._admin import SetupResult
+from ._keys import KeyLayout, validate_prefix
+from ._ops import RedisOps
+from ._reads import LIST_PAGE_SIZE
 
 __all__ = ["RedisSaver", "AsyncRedisSaver", "RedisOptions"]
 

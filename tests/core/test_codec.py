@@ -145,14 +145,15 @@ def test_put_put_writes_and_get_tuple_are_one_statement_each() -> None:
     ops = PostgresOps("s", codec())
     cp = checkpoint(messages=[1])
     put = _requests(
-        ops.put(KEY, {"configurable": {"thread_id": "t1"}}, cp, {}, cp["channel_versions"]), [(7,)]
+        ops.put(KEY, {"configurable": {"thread_id": "t1"}}, cp, {}, cp["channel_versions"]),
+        [(7, False, ["messages"])],
     )
     assert len(put) == 1 and isinstance(put[0], Query)
     assert ops.epochs.get("acme", "t1") == 7  # the write taught it the thread's epoch
     writes = _requests(ops.put_writes(KEY, cp["id"], [("a", 1), ("b", 2)], "task", ""), [(7,)])
     assert len(writes) == 1
     # with the epoch known, the read names it as a parameter (one partition)
-    (get,) = _requests(ops.get_tuple(KEY, None), [(7,) + (None,) * 24])
+    (get,) = _requests(ops.get_tuple(KEY, None), [(7,) + (None,) * 27])
     assert get.params["epoch"] == 7 and "epoch = %(epoch)s" in get.sql
     # a fresh process looks the epoch up in the same single statement
     cold = PostgresOps("s", codec())
@@ -163,7 +164,7 @@ def test_put_put_writes_and_get_tuple_are_one_statement_each() -> None:
 def test_a_stale_epoch_is_forgotten_and_looked_up_again() -> None:
     ops = PostgresOps("s", codec())
     ops.epochs.remember("acme", "t1", 7)
-    first, second = _requests(ops.get_tuple(KEY, None), [(9,) + (None,) * 24, None])
+    first, second = _requests(ops.get_tuple(KEY, None), [(9,) + (None,) * 27, None])
     assert first.params["epoch"] == 7 and "epoch" not in second.params
     assert ops.epochs.get("acme", "t1") is None
 

@@ -1,0 +1,368 @@
+"""The saver's administrative operations on Redis.
+
+``setup`` (check the servers, load every script, warn about eviction),
+deletes (``delete_thread``, ``delete_for_runs``), ``copy_thread``, pruning
+(``prune`` and ``prune_expired``, carried out by ``_prune``) and the stored
+retention policy. Pure: no redis import, no I/O.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.retention import PruneRequest, Retention
+from .._core.sansio import operation
+from ..errors import InvalidInputError, StorageError
+from . import _prune
+from ._base import OpsBase
+from ._keys import _ident, _is_meta
+from ._records import _effect_fields, _pairs, _text
+from ._requests import BATCH_SIZE, Batch, Command, Script, _chunks, _first_error
+from ._scripts import (
+    DELETE_RUNS,
+    DROP,
+    EFFECT_WRITE,
+    MERGE,
+    PRUNE_SCRIPTS,
+    READ_ALL,
+    SCRIPTS,
+)
+
+__all__ = ["AdminOps", "SetupResult"]
+
+log = logging.getLogger("langgraph_durable.redis")
+
+#: Payload bytes per script call when copying a thread.
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+#: The oldest server the scripts run on (script flags need 7.0).
+MIN_SERVER_VERSION = (7, 0)
+#: ``maxmemory-policy`` values that evict keys.
+EVICTING_POLICIES = frozenset(
+    {
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    """What ``setup()`` found.
+
+    Attributes:
+        versions: The server version of each primary.
+        warnings: Configuration problems it logged (also sent to the
+            ``langgraph_durable.redis`` logger).
+    """
+
+    versions: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+class AdminOps(OpsBase):
+    """Setup, deletes, copies, pruning and the stored retention policy."""
+
+    @operation
+    def setup(
+        self, ttl_set: bool, retention: str | None = None
+    ) -> Generator[Any, Any, SetupResult]:
+        """Check the servers, load the scripts, warn about unsafe configuration.
+
+        Args:
+            ttl_set: Whether threads may have an expiry (for the eviction check).
+            retention: The saver's retention policy as JSON, stored for the CLI
+                (None leaves a stored one as it is).
+        """
+        infos = yield Command(("INFO", "server"), every_primary=True)
+        versions = tuple(_server_version(info) for info in infos)
+        for text in versions:
+            if _version_tuple(text) < MIN_SERVER_VERSION:
+                raise StorageError(
+                    f"Redis {text} is too old: the saver needs Redis 7.0 or later (or "
+                    "Valkey 7.2 or later) for its Lua script flags"
+                )
+        for script in (*SCRIPTS, *PRUNE_SCRIPTS):
+            yield Command(("SCRIPT LOAD", script.source))
+        if retention is not None:
+            yield Command(("SET", self.keys.retention(), retention))
+        warnings: list[str] = []
+        try:
+            configs = yield Command(
+                ("CONFIG GET", "maxmemory-policy", "save", "appendonly"), every_primary=True
+            )
+        except StorageError as exc:  # managed services often disable CONFIG
+            log.info("cannot read the Redis configuration (%s); eviction check skipped", exc)
+            configs = []
+        for config in configs:
+            message = _eviction_warning(_config_dict(config), ttl_set)
+            if message and message not in warnings:
+                warnings.append(message)
+                log.warning("%s", message)
+        return SetupResult(versions=versions, warnings=tuple(warnings))
+
+    @operation
+    def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
+        """Delete every key of one thread (all namespaces, effect journal): one round trip."""
+        yield from self._delete_threads(tenant, [thread_id])
+        return None
+
+    def _delete_threads(self, tenant: str, thread_ids: Sequence[str]) -> Generator[Any, Any, None]:
+        tenant = _ident(tenant, "tenant id")
+        index = self.keys.tenant_index(tenant)
+        threads = [_ident(t, "thread_id") for t in thread_ids]
+        for chunk in _chunks(threads, BATCH_SIZE):
+            requests: list[Command | Script] = []
+            for thread in chunk:
+                self._pending_marks.pop((tenant, thread), None)
+                self.codec.forget_thread(tenant, thread)
+                requests.append(Script(DROP, self.keys.thread(tenant, thread)))
+                requests.append(Command(("ZREM", index, thread)))
+            _first_error((yield Batch(tuple(requests))))
+        return None
+
+    @operation
+    def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
+        """Delete the checkpoints (and their writes) made by the given runs.
+
+        Visits every thread in the tenant's index, a pipeline per ``BATCH_SIZE``
+        threads; each thread's script is atomic.
+        """
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return 0
+        tenant = _ident(tenant, "tenant id")
+        threads = yield from self._threads(tenant)
+        total = 0
+        gone: list[tuple[str, bytes]] = []
+        for chunk in _chunks(threads, BATCH_SIZE):
+            results = yield Batch(
+                tuple(
+                    Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids)) for t, _ in chunk
+                )
+            )
+            _first_error(results)
+            for (thread, score), (deleted, remaining) in zip(chunk, results, strict=True):
+                total += int(deleted)
+                if not int(remaining):
+                    gone.append((thread, score))
+        yield from self._forget(tenant, gone)
+        return total
+
+    @operation
+    def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
+        """Copy every checkpoint, blob and write of a thread to another thread id.
+
+        One read of the source (a consistent snapshot), then writes to the
+        target in chunks of about ``COPY_CHUNK_BYTES``, blobs and writes first
+        and checkpoints last, so a checkpoint is never visible before its parts.
+        Entries the target already has are kept. Effect-journal entries are
+        copied first (a thread may have some before its first checkpoint).
+        """
+        if source == target:
+            raise InvalidInputError("copy_thread: source and target thread ids are the same")
+        tenant = _ident(tenant, "tenant id")
+        source = _ident(source, "source thread_id")
+        target = _ident(target, "target thread_id")
+        h, c, b, w, fx = yield Script(READ_ALL, self.keys.thread(tenant, source))
+        yield from self._copy_effects(tenant, target, fx)
+        payloads = dict(_pairs(c))
+        records = [(f, hdr, payloads.get(f, b"")) for f, hdr in _pairs(h) if not _is_meta(f)]
+        if not records:
+            return None
+        blobs = list(_pairs(b))
+        task_fields: list[tuple[bytes, bytes]] = []
+        task_lists: list[tuple[bytes, bytes]] = []
+        for f, value in _pairs(w):
+            (task_fields if f.count(b"\x00") == 2 else task_lists).append((f, value))
+        keys = self.keys.thread(tenant, target)
+        result: Any = None
+        for counts, args in _copy_chunks(blobs, task_fields, task_lists, records):
+            result = yield Script(
+                MERGE,
+                keys,
+                (self._write_spec(tenant), self._mark_flag(tenant, target), *counts, *args),
+            )
+        yield from self._register(tenant, target, result)
+        return None
+
+    @operation
+    def prune(
+        self, tenant: str, thread_ids: Sequence[str], strategy: str
+    ) -> Generator[Any, Any, None]:
+        """Prune threads: ``keep_latest`` or ``delete`` everything.
+
+        ``keep_latest`` keeps ``keep_set(..., 1)``: each namespace's latest
+        checkpoint with what it needs (the parent holding a format-1..3
+        checkpoint's sends; the ancestors a DeltaChannel value is rebuilt
+        from), and the blobs those read, delta bases included. Each thread is
+        trimmed by one script (a thread written between the read and the trim
+        is read again).
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
+            )
+        threads = [str(t) for t in thread_ids]
+        if strategy == "delete":
+            yield from self._delete_threads(tenant, threads)
+            return None
+        tenant = _ident(tenant, "tenant id")
+        threads = [_ident(t, "thread_id") for t in threads]
+        yield from _prune.trim_threads(self.keys, tenant, threads, 1)
+        return None
+
+    @operation
+    def prune_expired(
+        self, request: PruneRequest, policy: Callable[[str], Retention | None] | None
+    ) -> Generator[Any, Any, None]:
+        """Delete or trim the threads retention says have expired; sweep the indexes.
+
+        Emits a ``PruneProgress`` after each batch, then one ``PruneReport``
+        (see ``_prune``). ``policy`` None: threads expire natively and the
+        run only removes the index entries of threads that are gone.
+        """
+        yield from _prune.prune_expired(self.keys, request, policy, self._forget_deleted)
+        return None
+
+    @operation
+    def retention_get(self) -> Generator[Any, Any, str | None]:
+        """The retention policy ``setup()`` stored (JSON), or None."""
+        raw = yield Command(("GET", self.keys.retention()))
+        return None if raw is None else _text(raw)
+
+    @operation
+    def retention_set(self, text: str | None) -> Generator[Any, Any, None]:
+        """Store a retention policy (JSON of ``Retention.to_json``); None deletes it.
+
+        Raises:
+            ConfigurationError: ``text`` is not a stored policy.
+        """
+        key = self.keys.retention()
+        if text is None:
+            yield Command(("DEL", key))
+            return None
+        policy = Retention.from_json(text)  # refuses what could not be read back
+        yield Command(("SET", key, policy.to_json()))
+        return None
+
+    def _copy_effects(
+        self, tenant: str, target: str, entries: Sequence[Any]
+    ) -> Generator[Any, Any, None]:
+        """Write the entries READ_ALL read to ``target``, keeping those it has."""
+        if not entries:
+            return None
+        keys = (*self.keys.thread(tenant, target), self.keys.effects(tenant, target))
+        args: builtins.list[Any] = []
+        size = 0
+        spec = self._write_spec(tenant)
+        for raw_id, values in entries:
+            item = _effect_fields(_text(raw_id), values)
+            item_size = sum(len(part) for part in item)
+            if args and size + item_size > COPY_CHUNK_BYTES:
+                yield Script(EFFECT_WRITE, keys, (spec, "0", *args))
+                args, size = [], 0
+            args.extend(item)
+            size += item_size
+        yield Script(EFFECT_WRITE, keys, (spec, "0", *args))
+        return None
+
+
+def _copy_chunks(
+    blobs: Sequence[tuple[bytes, bytes]],
+    task_fields: Sequence[tuple[bytes, bytes]],
+    task_lists: Sequence[tuple[bytes, bytes]],
+    records: Sequence[tuple[bytes, bytes, bytes]],
+) -> Iterator[tuple[tuple[int, int, int], list[bytes]]]:
+    """MERGE calls of at most ``COPY_CHUNK_BYTES`` each, sections in order."""
+    sections: list[list[tuple[bytes, ...]]] = [
+        list(blobs),
+        list(task_fields),
+        list(task_lists),
+        list(records),
+    ]
+    counts = [0, 0, 0]
+    args: list[bytes] = []
+    size = 0
+    for number, section in enumerate(sections):
+        for item in section:
+            item_size = sum(len(part) for part in item)
+            if args and size + item_size > COPY_CHUNK_BYTES:
+                yield (counts[0], counts[1], counts[2]), args
+                counts, args, size = [0, 0, 0], [], 0
+            if number < 3:
+                counts[number] += 1
+            args.extend(item)
+            size += item_size
+    yield (counts[0], counts[1], counts[2]), args
+
+
+# ---------------------------------------------------------------- setup helpers
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    if isinstance(info, dict):
+        return info
+    text = _text(info)
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not line.startswith("#"):
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _server_version(info: Any) -> str:
+    """The Redis-compatible version a server reports (Valkey reports one too)."""
+    data = _info_dict(info)
+    version = data.get("redis_version") or data.get("valkey_version")
+    if version is None:
+        raise StorageError("the server's INFO reports no redis_version: is this Redis?")
+    return str(version)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _config_dict(config: Any) -> dict[str, str]:
+    if isinstance(config, dict):
+        return {_text(k): _text(v) for k, v in config.items()}
+    items = list(config or [])
+    return {_text(items[j]): _text(items[j + 1]) for j in range(0, len(items) - 1, 2)}
+
+
+def _eviction_warning(config: dict[str, str], ttl_set: bool) -> str | None:
+    """A warning when the server may drop checkpoints on its own, else None."""
+    policy = config.get("maxmemory-policy", "")
+    if policy not in EVICTING_POLICIES:
+        return None
+    if policy.startswith("volatile-") and not ttl_set:
+        return None  # only keys with a TTL are evicted, and this saver sets none
+    persistent = bool(config.get("save", "").strip()) or config.get("appendonly") == "yes"
+    fix = (
+        "set maxmemory-policy to noeviction (writes then fail loudly when memory is full) "
+        "or give the server enough memory"
+    )
+    if persistent:
+        return (
+            f"Redis maxmemory-policy is {policy}: checkpoints can be evicted under memory "
+            f"pressure; {fix}"
+        )
+    return (
+        f"Redis maxmemory-policy is {policy} and persistence is off (no RDB save points, "
+        "appendonly no): checkpoints can silently vanish under memory pressure or on a "
+        f"restart; {fix}, and enable appendonly yes"
+    )
