@@ -319,10 +319,7 @@ class PostgresOps:
             # A delta's base must still be stored (the thread may have been deleted
             # or pruned since this process wrote it): if not, nothing is written and
             # the caller writes the checkpoint again with full copies.
-            "missing AS (SELECT 1 FROM u WHERE u.base IS NOT NULL AND NOT EXISTS ("
-            f"SELECT 1 FROM {s}.blobs x, t WHERE x.tenant_id = %(tenant)s "
-            "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s AND x.epoch = t.epoch "
-            "AND x.channel = u.channel AND x.version = u.base)), "
+            "{missing}, "
             f"b AS (INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, "
             "version, epoch, type, blob, base, base_count) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, "
@@ -345,6 +342,13 @@ class PostgresOps:
             "SELECT (SELECT epoch FROM t), EXISTS (SELECT 1 FROM missing), "
             "(SELECT array_agg(channel) FROM b)"
         )
+        # Without deltas nothing is checked; with deltas (see _put_delta_sql) the
+        # check reads the thread's own partition only: a statement that read the
+        # parent table would lock every partition, and wait behind the pruner's
+        # detach of an old one.
+        self._put_template = self.PUT_SQL
+        self.PUT_SQL = self._put_template.replace("{missing}", "missing AS (SELECT 1 WHERE false)")
+        self._put_delta_cache: dict[int, str] = {}
         writes_head = (
             f"WITH {thread_cte}, "
             f"w AS (INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
@@ -469,6 +473,29 @@ class PostgresOps:
             "result_type = EXCLUDED.result_type, result = EXCLUDED.result, "
             "created = EXCLUDED.created, completed = EXCLUDED.completed"
         )
+
+    def _put_delta_sql(self, epoch: int) -> str:
+        """PUT_SQL for a checkpoint with deltas, by a process that knows the thread's epoch.
+
+        Nothing is written (``missing``) when a delta's base is not in the
+        epoch's partition, or the thread is no longer in that epoch (deleted
+        and started again): the caller then writes full copies.
+        """
+        sql = self._put_delta_cache.get(epoch)
+        if sql is None:
+            leaf = self._leaf("blobs", epoch)
+            missing = (
+                "missing AS (SELECT 1 FROM t WHERE t.epoch <> %(epoch)s UNION ALL "
+                "SELECT 1 FROM u WHERE u.base IS NOT NULL AND NOT EXISTS ("
+                f"SELECT 1 FROM {leaf} x WHERE x.tenant_id = %(tenant)s "
+                "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s "
+                "AND x.epoch = %(epoch)s AND x.channel = u.channel AND x.version = u.base))"
+            )
+            sql = self._put_template.replace("{missing}", missing)
+            if len(self._put_delta_cache) > 1000:
+                self._put_delta_cache.clear()
+            self._put_delta_cache[epoch] = sql
+        return sql
 
     def _expiry(self, tenant: str) -> dict[str, float | None]:
         """The write parameters that set a thread's ``expires_at`` under its tenant's policy.
@@ -621,15 +648,32 @@ class PostgresOps:
         new_versions: Any,
     ) -> Generator[Any, Any, Any]:
         """Store a checkpoint with its new blobs: one statement, one round trip."""
-        rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
+        # Deltas only where this process knows the thread's epoch (it wrote or
+        # read the thread), so the base check reads one partition.
+        epoch = self.epochs.get(key.tenant, key.thread)
+        rec = self.codec.encode_checkpoint(
+            key, config, checkpoint, metadata, new_versions, allow_delta=epoch is not None
+        )
         try:
-            row = yield from self._with_partition(Query(self.PUT_SQL, self._put_params(rec), "one"))
-            if row is not None and row[1]:
-                # a delta's base is gone: write this checkpoint with full copies
-                self.codec.forget_thread(key.tenant, key.thread)
-                rec = self.codec.encode_checkpoint(
-                    key, config, checkpoint, metadata, new_versions, allow_delta=False
-                )
+            row = None
+            if epoch is not None and any(b.base is not None for b in rec.blobs):
+                try:
+                    row = yield Query(
+                        self._put_delta_sql(epoch),
+                        {**self._put_params(rec), "epoch": epoch},
+                        "one",
+                    )
+                except (SchemaError, MissingPartitionError):  # that partition is gone
+                    row = (None, True, None)
+                if row is not None and row[1]:
+                    # a delta's base is gone: write this checkpoint with full copies
+                    self.codec.forget_thread(key.tenant, key.thread)
+                    self.epochs.forget(key.tenant, key.thread)
+                    rec = self.codec.encode_checkpoint(
+                        key, config, checkpoint, metadata, new_versions, allow_delta=False
+                    )
+                    row = None
+            if row is None:
                 row = yield from self._with_partition(
                     Query(self.PUT_SQL, self._put_params(rec), "one")
                 )
