@@ -1,9 +1,10 @@
-"""Run the pure operations of ``_ops`` on a boto3 DynamoDB client (sync and async).
+"""Run the pure operations (``_ops.DynamoDBOps``) on a boto3 DynamoDB client (sync and async).
 
-The only module of the DynamoDB backend that talks to DynamoDB. It owns the
-client (given, or made from the options), the thread pool of the async
-driver, and the translation of botocore errors into ours. Retries are not
-here: the operations decide them (``_ops.DynamoDBOps._call``).
+The only module of the DynamoDB backend that talks to DynamoDB (and to S3,
+where offloaded payloads live). It owns the clients (given, or made from the
+options), the thread pool of the async driver, and the translation of botocore
+errors into ours. Retries are not
+here: the operations decide them (``_calls.OpsBase._call``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ from typing import Any, TypeVar
 
 from .. import _drive
 from .._core.sansio import Operation
-from ..errors import (
-    ConfigurationError,
-    DurableError,
-    StorageError,
-    StorageUnavailableError,
-)
-from ._ops import (
+from ..errors import ConfigurationError, DurableError, StorageError, StorageUnavailableError
+from ._calls import (
     RETRYABLE_CODES,
     Call,
     ConditionFailedError,
+    ObjectMissingError,
     RetryableError,
     TableInUseError,
     TableNotFoundError,
@@ -83,6 +80,18 @@ def translate(exc: BaseException, table: str = "") -> DurableError:
             )
         if code == "ResourceInUseException":
             return TableInUseError(f"DynamoDB table {table!r} is busy: {message}")
+        if code in ("NoSuchKey", "404"):
+            return ObjectMissingError(f"S3 has no such object: {message}")
+        if code == "NoSuchBucket":
+            return ConfigurationError(
+                f"the S3 bucket of the saver (s3_bucket) does not exist ({message}): create it "
+                "(the saver does not), or check its name and region"
+            )
+        if code in ("AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId"):
+            return StorageError(
+                f"S3 refused the credentials or permissions ({code}: {message}): see the IAM "
+                "policy in docs/dynamodb.md (s3:PutObject, GetObject, DeleteObject, ListBucket)"
+            )
         if code in _ACCESS:
             return StorageError(
                 f"DynamoDB refused the credentials or permissions ({code}: {message}): see "
@@ -131,6 +140,48 @@ def make_client(options: Any) -> Any:
     return client
 
 
+def make_s3_client(options: Any, dynamodb_client: Any = None) -> Any:
+    """A boto3 S3 client for the saver's bucket, made like its DynamoDB client.
+
+    Region, endpoint and timeouts come from ``options``; without an endpoint
+    there, a DynamoDB client given to the saver that talks to a local server
+    (not ``amazonaws.com``) lends its endpoint and region: one local server
+    (moto, LocalStack) serves both.
+
+    Raises:
+        ConfigurationError: boto3 is missing or the region cannot be resolved.
+    """
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "the DynamoDB saver needs boto3: pip install 'langgraph-durable[dynamodb]'"
+        ) from exc
+    endpoint, region = options.endpoint_url, options.region
+    meta = getattr(dynamodb_client, "meta", None)
+    if meta is not None:
+        lent = str(getattr(meta, "endpoint_url", "") or "")
+        if endpoint is None and lent and "amazonaws.com" not in lent:
+            endpoint = lent
+        region = region or getattr(meta, "region_name", None)
+    config = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=max(10, options.max_workers),
+        connect_timeout=options.connect_timeout,
+        read_timeout=options.read_timeout,
+        s3={"addressing_style": "path"} if endpoint else None,
+    )
+    try:
+        client = boto3.session.Session().client(
+            "s3", region_name=region, endpoint_url=endpoint, config=config
+        )
+    except Exception as exc:
+        raise translate(exc, options.table) from exc
+    client.meta.events.register("before-call.s3", _invocation_id)
+    return client
+
+
 def _invocation_id(context: dict[str, Any], **_: Any) -> None:
     """Give each request its invocation id, which botocore draws from ``uuid.uuid4``.
 
@@ -159,17 +210,38 @@ def _call(step: Any) -> Call:
     return step
 
 
+def _perform(client: Any, s3_client: Any, call: Call) -> Any:
+    """Make one call on the client of its service (a GetObject's body read whole)."""
+    if call.service == "s3":
+        if s3_client is None:
+            raise ConfigurationError(
+                "this operation needs S3 (offloaded payloads), but the saver has no S3 "
+                "client: set s3_bucket (the saver then makes one) or pass s3_client="
+            )
+        resp = getattr(s3_client, call.operation)(**call.params)
+        if call.operation == "get_object":
+            body = resp["Body"]
+            try:
+                return {**resp, "Body": body.read()}
+            finally:
+                body.close()
+        return resp
+    return getattr(client, call.operation)(**call.params)
+
+
 class SyncDriver:
     """Runs operations with blocking client calls.
 
     Args:
         client: A boto3 DynamoDB client.
         table: The table name (for error messages).
+        s3_client: A boto3 S3 client (for offloaded payloads), or None.
     """
 
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: Any, table: str, s3_client: Any = None) -> None:
         self.client = client
         self.table = table
+        self.s3_client = s3_client
 
     def run(self, op: Operation[R]) -> R:
         """Run an operation to its result (it must not emit items)."""
@@ -180,8 +252,7 @@ class SyncDriver:
         return _drive.iterate(op, self._execute, self._translate)
 
     def _execute(self, step: Any) -> Any:
-        call = _call(step)
-        return getattr(self.client, call.operation)(**call.params)
+        return _perform(self.client, self.s3_client, _call(step))
 
     def _translate(self, exc: BaseException) -> BaseException:
         return _translated(exc, self.table)
@@ -198,11 +269,13 @@ class AsyncDriver:
         client: A boto3 DynamoDB client (thread safe).
         table: The table name (for error messages).
         max_workers: Size of the pool (calls in flight at once).
+        s3_client: A boto3 S3 client (for offloaded payloads), or None.
     """
 
-    def __init__(self, client: Any, table: str, max_workers: int) -> None:
+    def __init__(self, client: Any, table: str, max_workers: int, s3_client: Any = None) -> None:
         self.client = client
         self.table = table
+        self.s3_client = s3_client
         self.executor = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="langgraph-durable-dynamodb"
         )
@@ -221,8 +294,7 @@ class AsyncDriver:
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     async def _execute(self, step: Any) -> Any:
-        call = _call(step)
-        return await self.call_in_pool(getattr(self.client, call.operation), **call.params)
+        return await self.call_in_pool(_perform, self.client, self.s3_client, _call(step))
 
     def _translate(self, exc: BaseException) -> BaseException:
         return _translated(exc, self.table)

@@ -1,7 +1,7 @@
 """The DynamoDB pruner: retention carried out on one table (``DynamoDBOps.prune_expired``).
 
-Pure like ``_ops`` (no boto3, no I/O, no clock but the request's): a
-:class:`Pruner` is one run, a generator of :class:`~._ops.Call` requests that
+Pure like the other modules of the package (no boto3, no I/O, no clock but the request's): a
+:class:`Pruner` is one run, a generator of :class:`~._calls.Call` requests that
 emits a ``PruneProgress`` after each batch of threads and one ``PruneReport``
 last. Which threads expire and what ``keep_latest`` keeps is decided by
 ``langgraph_durable._core.retention``; this module finds the threads, takes
@@ -25,53 +25,65 @@ One run:
 4. deletes a thread by first making it unreadable in one conditional write
    (its head marked ``gone``, on condition no write came since the decision),
    then its items (pointers first), then its head; trims one to
-   :func:`~._ops.trim_plan` (pointers first, payloads after).
+   :func:`trim_plan` (pointers first, payloads after).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+import json
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from langgraph.checkpoint.serde.types import TASKS
 
 from .._core.retention import (
     DELETE,
     LOCK_LEASE_SECONDS,
+    CheckpointNode,
     PruneProgress,
     PruneReport,
     PruneRequest,
     Retention,
+    delta_pending,
     holder_gone,
+    keep_set,
     pruner_identity,
     thread_expired,
 )
 from .._core.sansio import Blocking, Emit
 from ..errors import StorageError
-from ._ops import (
+from ._calls import ConditionFailedError
+from ._deltas import item_chain, parse_refs
+from ._items import (
     HEAD_SK,
     HEADED,
     LOCK_SK,
     META_PK,
     PRUNER_ROLE,
     TTL_ATTRIBUTE,
-    ConditionFailedError,
-    DynamoDBOps,
     N,
     S,
     _float,
+    _num,
     _str,
-    data_size,
+    blob_base_sk,
+    blob_sk,
     head_live,
     is_pointer_sk,
     is_thread_pk,
+    item_size,
     parse_checkpoint_sk,
     split_pk,
     tenant_prefix,
-    trim_plan,
     uuid6_seconds,
 )
+from ._objects import object_keys_of, tenant_object_prefix
 
-__all__ = ["Pruner"]
+if TYPE_CHECKING:
+    from ._threads import ThreadOps
+
+__all__ = ["Pruner", "trim_plan", "data_size"]
 
 #: Attributes the pruner's Scan reads: keys, write times, TTL stamps, the head's state.
 SCANNED = (
@@ -91,6 +103,77 @@ SCANNED = (
 )
 
 KEEP, PURGE, TRIM = "keep", "purge", "trim"
+
+
+def trim_plan(items: Iterable[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """The items ``keep_latest`` removes from one thread (as read by a Query).
+
+    Kept: the checkpoints :func:`keep_set` returns (the latest ``keep`` of each
+    namespace and what they need: the parent holding old-format pending sends,
+    the ancestors a DeltaChannel value is rebuilt from) with their chunks and
+    writes, and the blobs they reference (a delta's whole chain down to its
+    full copy, as its blob item's ``bc`` names it). Removed: every other checkpoint
+    with its chunks and writes, writes and chunks left without their
+    checkpoint older than the namespace's newest one (what an interrupted
+    prune left), and every blob no kept checkpoint references. Effect-journal
+    entries and the head stay. Pointers come first in the result.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    pointers: dict[tuple[str, str], dict[str, Any]] = {}
+    blobs: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        sk = item["sk"]["S"]
+        if sk.startswith("c#"):
+            ik = parse_checkpoint_sk(sk)
+            groups.setdefault((ik.ns, ik.checkpoint_id), []).append(item)
+            if ik.kind == "pointer":
+                pointers[(ik.ns, ik.checkpoint_id)] = item
+        elif sk.startswith("b#"):
+            blobs.setdefault(blob_base_sk(sk), []).append(item)
+    nodes = []
+    for (ns, cid), pointer in pointers.items():
+        parent = _str(pointer, "p")
+        sends = parent is not None and any(
+            _str(i, "ch") == TASKS and parse_checkpoint_sk(i["sk"]["S"]).kind == "write"
+            for i in groups.get((ns, parent), ())
+        )
+        index = json.loads(_str(pointer, "mi", "{}") or "{}")
+        nodes.append(
+            CheckpointNode(
+                ns, cid, parent, _num(pointer, "fv", 1) or 1, delta_pending(index), sends
+            )
+        )
+    kept = keep_set(nodes, keep)
+    newest: dict[str, str] = {}
+    for ns, cid in pointers:
+        if cid > newest.get(ns, ""):
+            newest[ns] = cid
+    referenced: set[str] = set()
+    for ns, cid in kept:
+        if (ns, cid) not in pointers:
+            continue
+        for channel, version, _n, _hint in parse_refs(_str(pointers[(ns, cid)], "refs")):
+            bsk = blob_sk(ns, channel, version)
+            referenced.add(bsk)
+            # a delta needs its whole chain (the blob item names it)
+            main = next((i for i in blobs.get(bsk, ()) if i["sk"]["S"] == bsk), None)
+            chain = None if main is None else item_chain(main, f"blob {bsk!r}")
+            referenced.update(blob_sk(ns, channel, base) for base, _c in chain or ())
+    doomed: list[dict[str, Any]] = []
+    for (ns, cid), members in groups.items():
+        if (ns, cid) in pointers:
+            if (ns, cid) not in kept:
+                doomed.extend(members)
+        elif cid < newest.get(ns, ""):
+            doomed.extend(members)  # writes or chunks of a checkpoint already deleted
+    doomed.extend(i for base, members in blobs.items() if base not in referenced for i in members)
+    doomed.sort(key=lambda i: not is_pointer_sk(i["sk"]["S"]))
+    return doomed
+
+
+def data_size(item: dict[str, Any]) -> int:
+    """The size :class:`PruneReport` counts for an item (bookkeeping attributes left out)."""
+    return item_size({k: v for k, v in item.items() if k != HEADED})
 
 
 def _least(a: float | None, b: float | None) -> float | None:
@@ -208,7 +291,7 @@ class Pruner:
 
     def __init__(
         self,
-        ops: DynamoDBOps,
+        ops: ThreadOps,
         request: PruneRequest,
         policy: Callable[[str], Retention | None] | None,
     ) -> None:
@@ -228,11 +311,13 @@ class Pruner:
         """The whole run; emits progress after each batch and the report last."""
         if self.request.dry_run:
             yield from self._scan()  # changes nothing: no lock either
+            yield from self._sweep_objects()
         elif not (yield from self._take_lock()):
             self.report.locked = True
         else:
             try:
                 yield from self._scan()
+                yield from self._sweep_objects()
             except Exception:
                 try:
                     yield from self._release_lock()
@@ -242,6 +327,22 @@ class Pruner:
             yield from self._release_lock()
         self.report.seconds = self.request.monotonic() - self.start
         yield Emit(self.report)
+        return None
+
+    def _sweep_objects(self) -> Generator[Any, Any, None]:
+        """Delete S3 objects no item references, older than the grace period.
+
+        Only with a bucket, and only when the table's scan finished within the
+        budget. Their bytes count in the report's ``bytes``.
+        """
+        ops, request = self.ops, self.request
+        if ops.bucket is None or self.report.budget_exhausted:
+            return None
+        prefix = ops.object_prefix
+        if request.tenant is not None:
+            prefix = tenant_object_prefix(prefix, request.tenant)
+        _count, size = yield from ops._orphans(prefix, request.now, request.dry_run)
+        self.report.bytes += size
         return None
 
     # ---- the lock ------------------------------------------------------------------
@@ -522,6 +623,7 @@ class Pruner:
                 return None  # written to, or being deleted by a writer, meanwhile
         items = yield from ops._query_all(pk)
         self.report.threads += self._count(seen, items)
+        ops._forget_thread(seen.tenant, seen.thread)
         yield from ops._purge_marked(pk, self.holder, items)
         return None
 
@@ -552,5 +654,7 @@ class Pruner:
         self._count(seen, doomed)
         self.report.trimmed += 1
         if not self.request.dry_run:
+            self.ops._forget_thread(seen.tenant, seen.thread)
             yield from self.ops._delete_keys(seen.pk, [i["sk"]["S"] for i in doomed])
+            yield from self.ops._delete_objects([k for i in doomed for k in object_keys_of(i)])
         return None

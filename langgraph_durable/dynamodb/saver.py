@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import CheckpointCodec
+from .._core.delta import DEFAULT_MAX_CHAIN
 from .._core.retention import DELETE, Retention, RetentionPolicy, check_retention
 from .._core.sansio import Operation
 from .._saver import AsyncSaverMethods, DurableSaverBase, SyncSaverMethods, TenantResolver
@@ -29,7 +30,9 @@ from ..errors import ConfigurationError, InvalidInputError
 from ..protect.encryption import Encryption
 from ..protect.redaction import Redaction
 from . import _driver
-from ._ops import DynamoDBOps, RetryPolicy, validate_table_name
+from ._calls import RetryPolicy
+from ._items import validate_table_name
+from ._ops import DynamoDBOps
 
 __all__ = ["DynamoDBSaver", "AsyncDynamoDBSaver", "DynamoDBOptions", "parse_conn_string"]
 
@@ -82,6 +85,18 @@ class DynamoDBOptions:
         get_page_items: Items read by the first page of a latest-checkpoint
             lookup: enough for a checkpoint and its writes in one Query.
         list_page_items: Items per page of a history listing.
+        delta_chain: A list channel that grows by appending (``messages``) is
+            stored as the items added since the previous version, with a full
+            copy after at most this many deltas (0-1000; 0 stores every
+            version in full). See ``docs/dynamodb.md``.
+        s3_bucket: An S3 bucket for checkpoints larger than one DynamoDB
+            transaction (4 MB): their largest payloads go there, written before
+            the items that reference them. None (default): such a checkpoint
+            is refused before anything is written. The bucket must exist.
+        s3_prefix: Prefix of every object key the saver writes.
+        s3_orphan_grace: Seconds an object must be old before the pruner
+            deletes it as an orphan (no item references it: a write that failed
+            or crashed between its objects and its transaction).
     """
 
     table: str
@@ -100,6 +115,10 @@ class DynamoDBOptions:
     read_timeout: float = 30.0
     get_page_items: int = 16
     list_page_items: int = 300
+    delta_chain: int = DEFAULT_MAX_CHAIN
+    s3_bucket: str | None = None
+    s3_prefix: str = "langgraph-durable/"
+    s3_orphan_grace: float = 3600.0
 
     def __post_init__(self) -> None:
         validate_table_name(self.table)
@@ -148,6 +167,34 @@ class DynamoDBOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
                 raise ConfigurationError(f"{name} must be an integer from 1 to 1000, got {value!r}")
+        if (
+            isinstance(self.delta_chain, bool)
+            or not isinstance(self.delta_chain, int)
+            or not 0 <= self.delta_chain <= 1000
+        ):
+            raise ConfigurationError(
+                "delta_chain must be an integer from 0 to 1000 (0: no deltas), "
+                f"got {self.delta_chain!r}"
+            )
+        if self.s3_bucket is not None and (
+            not isinstance(self.s3_bucket, str)
+            or not 3 <= len(self.s3_bucket) <= 255
+            or not set(self.s3_bucket) <= _BUCKET_CHARS
+        ):
+            raise ConfigurationError(
+                f"s3_bucket must be an S3 bucket name (3-63 of a-z, 0-9, '.', '-') or None, "
+                f"got {self.s3_bucket!r}"
+            )
+        if (
+            not isinstance(self.s3_prefix, str)
+            or self.s3_prefix.startswith("/")
+            or len(self.s3_prefix.encode("utf-8")) > 512
+        ):
+            raise ConfigurationError(
+                "s3_prefix must be a key prefix of at most 512 bytes, not starting with '/' "
+                f"(e.g. 'langgraph-durable/'), got {self.s3_prefix!r}"
+            )
+        _positive("s3_orphan_grace (seconds)", self.s3_orphan_grace, (int, float))
 
     @property
     def retention_setting(self) -> Retention | RetentionPolicy | None:
@@ -170,6 +217,8 @@ class DynamoDBOptions:
         return cls(**settings)
 
 
+_BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
 _URL_KEYS = {
     "region": "region",
     "endpoint": "endpoint_url",
@@ -182,6 +231,10 @@ _URL_KEYS = {
     "retention_absolute": "absolute",
     "retention_strategy": "strategy",
     "retention_keep": "keep",
+    "delta_chain": "delta_chain",
+    "s3_bucket": "s3_bucket",
+    "s3_prefix": "s3_prefix",
+    "s3_orphan_grace": "s3_orphan_grace",
 }
 _RETENTION_KEYS = ("idle", "absolute", "strategy", "keep")
 
@@ -196,6 +249,9 @@ def _url_duration(value: str) -> Any:
 
 def parse_conn_string(conn_string: str) -> dict[str, Any]:
     """Settings from ``dynamodb://TABLE?region=...&endpoint=...&retention_idle=30d``.
+
+    ``delta_chain`` (a whole number, 0-1000), ``s3_bucket``, ``s3_prefix`` and
+    ``s3_orphan_grace`` (seconds) are the settings of those names.
 
     ``retention_idle``, ``retention_absolute`` (seconds, or text such as
     ``30d``), ``retention_strategy`` (``delete`` or ``keep_latest``) and
@@ -231,7 +287,12 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
             value = value.lower() in ("true", "1")
         elif name in ("retention_idle", "retention_absolute"):
             value = _url_duration(value)
-        elif name == "retention_keep":
+        elif name == "s3_orphan_grace":
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigurationError(f"{name} must be seconds, got {value!r}") from None
+        elif name in ("retention_keep", "delta_chain"):
             try:
                 value = int(value)
             except ValueError:
@@ -248,7 +309,7 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
     return settings
 
 
-_SAVER_ARGS = ("client", "serde", "tenant", "clock", "encryption", "redaction")
+_SAVER_ARGS = ("client", "s3_client", "serde", "tenant", "clock", "encryption", "redaction")
 
 
 class _DynamoDBSaverBase(DurableSaverBase):
@@ -268,6 +329,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
+        s3_client: Any = None,
         **settings: Any,
     ) -> None:
         if options is not None and settings:
@@ -297,10 +359,17 @@ class _DynamoDBSaverBase(DurableSaverBase):
         self.client = (
             _driver.make_client(self.options) if client is None else _driver.check_client(client)
         )
+        self._owns_s3_client = s3_client is None and self.options.s3_bucket is not None
+        self.s3_client = s3_client
+        if self._owns_s3_client:
+            self.s3_client = _driver.make_s3_client(self.options, self.client)
         self._runner = self._new_driver()
 
     def _new_driver(self) -> Any:
         raise NotImplementedError
+
+    def _delta_chain(self) -> int:
+        return self.options.delta_chain
 
     def _make_ops(self, codec: CheckpointCodec) -> DynamoDBOps:
         o = self.options
@@ -317,6 +386,9 @@ class _DynamoDBSaverBase(DurableSaverBase):
             retry=RetryPolicy(o.max_attempts, o.retry_base_delay, o.retry_max_delay),
             get_page_items=o.get_page_items,
             list_page_items=o.list_page_items,
+            bucket=o.s3_bucket,
+            object_prefix=o.s3_prefix,
+            orphan_grace=float(o.s3_orphan_grace),
         )
 
     @property
@@ -331,8 +403,11 @@ class _DynamoDBSaverBase(DurableSaverBase):
         return self._ops.setup(self.options.create_table, stored)
 
     def _close_client(self) -> None:
-        if self._owns_client:
-            close = getattr(self.client, "close", None)
+        owned = [self.client] if self._owns_client else []
+        if self._owns_s3_client:
+            owned.append(self.s3_client)
+        for client in owned:
+            close = getattr(client, "close", None)
             if close is not None:
                 close()
 
@@ -344,6 +419,8 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
         client: A boto3 low-level DynamoDB client, or None to create one from
             the options (region, endpoint_url; botocore retries off, since the
             saver retries throttling itself).
+        s3_client: A boto3 S3 client for ``s3_bucket``, or None to create one
+            like the DynamoDB client (same region and endpoint options).
         options: A :class:`DynamoDBOptions`; or pass its fields as keyword
             settings instead (``table=...``, ``ttl=...``).
         serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
@@ -370,7 +447,7 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
     _runner: _driver.SyncDriver
 
     def _new_driver(self) -> _driver.SyncDriver:
-        return _driver.SyncDriver(self.client, self.options.table)
+        return _driver.SyncDriver(self.client, self.options.table, self.s3_client)
 
     @classmethod
     @contextmanager
@@ -424,7 +501,9 @@ class AsyncDynamoDBSaver(AsyncSaverMethods, _DynamoDBSaverBase):
     _runner: _driver.AsyncDriver
 
     def _new_driver(self) -> _driver.AsyncDriver:
-        return _driver.AsyncDriver(self.client, self.options.table, self.options.max_workers)
+        return _driver.AsyncDriver(
+            self.client, self.options.table, self.options.max_workers, self.s3_client
+        )
 
     @classmethod
     @asynccontextmanager
@@ -442,8 +521,14 @@ class AsyncDynamoDBSaver(AsyncSaverMethods, _DynamoDBSaverBase):
         created = client is None
         if created:
             client = await asyncio.to_thread(_driver.make_client, options)
+        s3_created = options.s3_bucket is not None and saver_args.get("s3_client") is None
+        if s3_created:
+            saver_args["s3_client"] = await asyncio.to_thread(
+                _driver.make_s3_client, options, client
+            )
         saver = cls(client, options=options, **saver_args)
         saver._owns_client = created
+        saver._owns_s3_client = s3_created
         saver._bind_loop()
         try:
             yield saver

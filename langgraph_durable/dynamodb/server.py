@@ -14,7 +14,8 @@ Settings come from the environment:
                                        ``&retention_idle=30d``,
                                        ``&retention_absolute=90d``,
                                        ``&retention_strategy=keep_latest``,
-                                       ``&retention_keep=N`` for retention)
+                                       ``&retention_keep=N`` for retention;
+                                       ``&delta_chain=N``, 0 for no deltas)
                                        (required)
 ``LGD_RETENTION_IDLE``                 retention, as for the other backends (also
                                        ``LGD_RETENTION_ABSOLUTE``, ``_STRATEGY``,

@@ -17,6 +17,16 @@ PURE_MODULES = (
         PKG / "postgres" / "_sql.py",
         PKG / "postgres" / "_prune.py",
         PKG / "dynamodb" / "_ops.py",
+        PKG / "dynamodb" / "_items.py",
+        PKG / "dynamodb" / "_calls.py",
+        PKG / "dynamodb" / "_threads.py",
+        PKG / "dynamodb" / "_writes.py",
+        PKG / "dynamodb" / "_reads.py",
+        PKG / "dynamodb" / "_effects.py",
+        PKG / "dynamodb" / "_admin.py",
+        PKG / "dynamodb" / "_prune.py",
+        PKG / "dynamodb" / "_deltas.py",
+        PKG / "dynamodb" / "_objects.py",
         PKG / "effects" / "_flow.py",
     ]
     + sorted(p for p in (PKG / "redis").glob("*.py") if p.name not in REDIS_IMPURE)

@@ -77,18 +77,18 @@ def table_dump(client: Any, table: str) -> bytes:
 
 
 class CallCounter:
-    """Counts the DynamoDB API calls a client completes (``after-call`` hook).
+    """Counts the API calls a client completes (``after-call`` hook; DynamoDB or S3).
 
     A failed attempt (throttled, or an HTTP 500 from moto, whose transactions are
     not safe under concurrent requests) is counted in ``failed`` instead, so the
     counts measure the calls an operation needs, independent of retries.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, service: str = "dynamodb") -> None:
         self.calls: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self._lock = threading.Lock()
-        client.meta.events.register("after-call.dynamodb", self._count)
+        client.meta.events.register(f"after-call.{service}", self._count)
 
     def _count(self, model: Any, http_response: Any, **_: Any) -> None:
         with self._lock:
