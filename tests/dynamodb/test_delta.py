@@ -13,14 +13,11 @@ import json
 import os
 import random
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
-from typing_extensions import TypedDict
 
 from langgraph_durable import Retention
 from langgraph_durable.dynamodb import AsyncDynamoDBSaver, DynamoDBOptions, DynamoDBSaver
@@ -35,41 +32,9 @@ from langgraph_durable.dynamodb._items import ITEM_LIMIT, TRANSACTION_BYTES, thr
 from langgraph_durable.dynamodb.saver import parse_conn_string
 from langgraph_durable.errors import ConfigurationError, CorruptRecordError, DecryptionError
 from langgraph_durable.protect import Encryption, LocalKeyring
+from tests.delta_graphs import chat_graph, run_turns
 from tests.dynamodb.helpers import CallCounter, make_client, raw_items, table_dump
 from tests.helpers import cfg, make_cp
-
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    steps: int
-
-
-def chat_graph(checkpointer: Any, *, edit_first: bool = False) -> Any:
-    """One reply per step; with ``edit_first`` the node also edits message 0 in place."""
-
-    def speak(state: State) -> dict[str, Any]:
-        n = len(state["messages"])
-        out: list[AnyMessage] = [AIMessage(content=f"reply {n} " + "x" * 200, id=f"m{n}")]
-        if edit_first:
-            first = state["messages"][0]
-            first.content = f"edited at {n}"  # in place: same object, new content
-            out.insert(0, first)
-        return {"messages": out, "steps": state.get("steps", 0) + 1}
-
-    g = StateGraph(State)
-    g.add_node("speak", speak)
-    g.add_edge(START, "speak")
-    return g.compile(checkpointer=checkpointer)
-
-
-def run_turns(graph: Any, thread: str, turns: int, start: int = 0, tag: str = "") -> None:
-    # durability="sync": each put runs before the next node, which may edit items in place
-    for i in range(start, start + turns):
-        graph.invoke(
-            {"messages": [HumanMessage(content=f"q{i}", id=f"h{tag or thread}-{i}")]},
-            {"configurable": {"thread_id": thread}},
-            durability="sync",
-        )
 
 
 def history(saver: Any, thread: str) -> list[list[Any]]:
