@@ -11,6 +11,7 @@ differ in how they hand the operation to the driver.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -535,14 +536,12 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise InvalidInputError(f"batch must be an integer from 1 to 10000, got {batch!r}")
-        import time as _time
-
         request = PruneRequest(
             retention=retention,
             tenant=None if tenant_id is None else str(tenant_id),
             dry_run=bool(dry_run),
-            now=_time.time() if now is None else float(now),
-            deadline=None if max_seconds is None else _time.monotonic() + float(max_seconds),
+            now=time.time() if now is None else float(now),
+            deadline=None if max_seconds is None else time.monotonic() + float(max_seconds),
             batch=batch,
         )
         policy: RetentionPolicy | None

@@ -16,7 +16,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidInputError
@@ -24,7 +24,6 @@ from ..errors import ConfigurationError, InvalidInputError
 __all__ = [
     "Retention",
     "RetentionPolicy",
-    "RetentionSetting",
     "PruneRequest",
     "PruneProgress",
     "PruneReport",
@@ -203,7 +202,6 @@ class Retention:
 
 
 RetentionPolicy = Callable[[str], "Retention | None"]
-RetentionSetting = "Retention | RetentionPolicy | None"
 
 
 def check_retention(value: Any) -> Retention | RetentionPolicy | None:
@@ -355,9 +353,6 @@ class PruneRequest:
     def out_of_time(self) -> bool:
         """Whether the time budget is spent."""
         return self.deadline is not None and self.monotonic() >= self.deadline
-
-    def with_retention(self, retention: Retention | None) -> PruneRequest:
-        return replace(self, retention=retention)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,9 +65,7 @@ class _Plan:
         """How many checkpoints per namespace ``keep_latest`` keeps for ``tenant``."""
         return self.keep.get(tenant, 1)
 
-    def __init__(
-        self, ops: PostgresOps, request: PruneRequest, policy: Policy | None, tenants: list[str]
-    ) -> None:
+    def __init__(self, request: PruneRequest, policy: Policy | None, tenants: list[str]) -> None:
         self.params: dict[str, Any] = {"now": request.now, "dropped": []}
         #: Epochs whose partitions phase 1 dropped (or, in a dry run, would drop).
         self.dropped: set[int] = set()
@@ -132,7 +130,7 @@ def prune_expired(
     else:
         rows = yield _q(f"SELECT DISTINCT tenant_id FROM {s}.threads", (), "all")
         tenants = [r[0] for r in rows]
-    plan = _Plan(ops, request, policy, tenants)
+    plan = _Plan(request, policy, tenants)
     total = 0
     for strategy in plan.strategies:
         row = yield _q(
