@@ -64,6 +64,8 @@ from instrument import percentile  # noqa: E402
 from run import add_service_args, environment, log  # noqa: E402
 from savers import UPSTREAM_CONN_KWARGS, admin_connect, drop_schema, schema_bytes  # noqa: E402
 
+from langgraph_durable.retention import DEFAULT_THROTTLE  # noqa: E402
+
 BACKENDS = ("postgres", "redis", "dynamodb")
 TENANT = "default"
 DAY = 86400.0
@@ -611,7 +613,9 @@ def prune_with_writer(
         load_before = os.getloadavg()
         with open_saver(pruner_job) as saver:
             t0 = time.monotonic()
-            report = saver.prune_expired(Retention(idle=IDLE), batch=args.batch, progress=progress)
+            report = saver.prune_expired(
+                Retention(idle=IDLE), batch=args.batch, throttle=args.throttle, progress=progress
+            )
             t1 = time.monotonic()
         load_after = os.getloadavg()
         duration = t1 - t0
@@ -889,6 +893,7 @@ def run_kv(name: str, backend: Backend, args: argparse.Namespace, tag: str) -> d
                     Retention(idle=datetime.timedelta(seconds=50)),
                     now=time.time() + 3600,
                     batch=args.batch,
+                    throttle=args.throttle,
                 )
                 seconds = time.perf_counter() - t0
                 cpu = time.process_time() - c0
@@ -1065,6 +1070,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=4, help="loader processes")
     p.add_argument("--batch", type=int, default=500, help="prune_expired(batch=...)")
     p.add_argument(
+        "--throttle",
+        type=float,
+        default=DEFAULT_THROTTLE,
+        help="prune_expired(throttle=...): rest this many times each batch's time\n"
+        "(default %(default)s, the library's default; 0: flat out)",
+    )
+    p.add_argument(
         "--upstream-sample",
         type=int,
         default=2000,
@@ -1143,6 +1155,7 @@ def main(argv: list[str] | None = None) -> int:
                 "kept_epochs",
                 "procs",
                 "batch",
+                "throttle",
                 "upstream_sample",
                 "writer_rate",
                 "baseline_seconds",

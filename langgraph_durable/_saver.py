@@ -36,6 +36,7 @@ from ._core.codec import (
 from ._core.effects import StoredEffect, request_identity, result_identity
 from ._core.filters import metadata_matches, normalize_filter
 from ._core.retention import (
+    DEFAULT_THROTTLE,
     PruneProgress,
     PruneReport,
     PruneRequest,
@@ -520,6 +521,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         max_seconds: float | None,
         now: float | None,
         batch: int,
+        throttle: float = DEFAULT_THROTTLE,
     ) -> Operation[Any]:
         """The pruner's operation; it emits ``PruneProgress`` items, then one ``PruneReport``."""
         if retention is not None and not isinstance(retention, Retention):
@@ -536,6 +538,12 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise InvalidInputError(f"batch must be an integer from 1 to 10000, got {batch!r}")
+        if (
+            isinstance(throttle, bool)
+            or not isinstance(throttle, (int, float))
+            or not 0 <= throttle <= 100
+        ):
+            raise InvalidInputError(f"throttle must be a number from 0 to 100, got {throttle!r}")
         request = PruneRequest(
             retention=retention,
             tenant=None if tenant_id is None else str(tenant_id),
@@ -543,6 +551,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             now=time.time() if now is None else float(now),
             deadline=None if max_seconds is None else time.monotonic() + float(max_seconds),
             batch=batch,
+            throttle=float(throttle),
         )
         policy: RetentionPolicy | None
         if retention is not None:
@@ -728,6 +737,7 @@ class SyncSaverMethods(DurableSaverBase):
         max_seconds: float | None = None,
         now: float | None = None,
         batch: int = 500,
+        throttle: float = DEFAULT_THROTTLE,
         progress: Callable[[PruneProgress], None] | None = None,
     ) -> PruneReport:
         """Remove (or trim) the threads that retention says have expired.
@@ -742,12 +752,17 @@ class SyncSaverMethods(DurableSaverBase):
             now: The time (Unix seconds) that decides expiry (default: now).
             batch: Threads per batch (one short transaction each where the
                 backend has them).
+            throttle: After each batch, rest this many times as long as the
+                batch took, so writers keep the database's attention
+                (0: flat out; 1: busy half the time).
             progress: Called after each batch.
 
         Returns:
             What was removed; ``locked`` when another pruner was running.
         """
-        op = self._prune_expired_op(retention, tenant_id, dry_run, max_seconds, now, batch)
+        op = self._prune_expired_op(
+            retention, tenant_id, dry_run, max_seconds, now, batch, throttle
+        )
         return _collect_report(self._iterate(op), progress)
 
 
@@ -847,10 +862,13 @@ class AsyncSaverMethods(DurableSaverBase):
         max_seconds: float | None = None,
         now: float | None = None,
         batch: int = 500,
+        throttle: float = DEFAULT_THROTTLE,
         progress: Callable[[PruneProgress], None] | None = None,
     ) -> PruneReport:
         """Async :meth:`SyncSaverMethods.prune_expired` (same arguments and result)."""
-        op = self._prune_expired_op(retention, tenant_id, dry_run, max_seconds, now, batch)
+        op = self._prune_expired_op(
+            retention, tenant_id, dry_run, max_seconds, now, batch, throttle
+        )
         report: PruneReport | None = None
         async for item in self._aiterate(op):
             if isinstance(item, PruneReport):
@@ -946,6 +964,7 @@ class AsyncSaverMethods(DurableSaverBase):
         max_seconds: float | None = None,
         now: float | None = None,
         batch: int = 500,
+        throttle: float = DEFAULT_THROTTLE,
         progress: Callable[[PruneProgress], None] | None = None,
     ) -> PruneReport:
         return self._call_on_loop(  # type: ignore[no-any-return]
@@ -956,6 +975,7 @@ class AsyncSaverMethods(DurableSaverBase):
                 max_seconds=max_seconds,
                 now=now,
                 batch=batch,
+                throttle=throttle,
                 progress=progress,
             )
         )

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from ._core.retention import (
+    DEFAULT_THROTTLE,
     PruneProgress,
     PruneReport,
     Retention,
@@ -21,4 +22,5 @@ __all__ = [
     "PruneProgress",
     "parse_duration",
     "format_duration",
+    "DEFAULT_THROTTLE",
 ]

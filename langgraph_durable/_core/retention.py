@@ -39,12 +39,19 @@ __all__ = [
     "pruner_identity",
     "holder_gone",
     "LOCK_LEASE_SECONDS",
+    "DEFAULT_THROTTLE",
 ]
 
 #: How long a pruner's lock lasts without renewal (Redis and DynamoDB; the
 #: pruner renews it after every batch). PostgreSQL uses a session advisory
 #: lock instead, released by the server when the pruner's connection ends.
 LOCK_LEASE_SECONDS = 60.0
+#: How long a pruner rests after each batch, as a multiple of the batch's own
+#: time: 1.0 keeps it busy half the time, so a busy database's writers are
+#: slowed at most by one batch at a time (see docs/operations.md, "Sizing").
+DEFAULT_THROTTLE = 1.0
+#: The longest rest after one batch, whatever the batch took (seconds).
+MAX_REST_SECONDS = 10.0
 #: Threads a dry run lists by id (the counts cover all of them).
 DRY_RUN_LISTED = 10_000
 
@@ -340,6 +347,8 @@ class PruneRequest:
         batch: Threads per batch (each batch is one short transaction where
             the backend has them).
         monotonic: The monotonic clock the deadline is read from.
+        throttle: After each batch, rest this many times as long as the batch
+            took (0: flat out). A dry run does not rest.
     """
 
     retention: Retention | None = None
@@ -349,10 +358,25 @@ class PruneRequest:
     deadline: float | None = None
     batch: int = 500
     monotonic: Callable[[], float] = time.monotonic
+    throttle: float = 0.0
 
     def out_of_time(self) -> bool:
         """Whether the time budget is spent."""
         return self.deadline is not None and self.monotonic() >= self.deadline
+
+    def rest_after(self, started: float) -> float:
+        """Seconds to rest after a batch that started at ``started`` (monotonic).
+
+        ``throttle`` times the batch's time, at most ``MAX_REST_SECONDS``, and
+        never past the deadline (the budget is for work, not for resting).
+        """
+        if self.throttle <= 0 or self.dry_run:
+            return 0.0
+        now = self.monotonic()
+        rest = min((now - started) * self.throttle, MAX_REST_SECONDS)
+        if self.deadline is not None:
+            rest = min(rest, self.deadline - now)
+        return max(rest, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

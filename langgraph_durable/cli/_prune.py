@@ -69,6 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="stop between batches after this many seconds (exit 3 if work is left)",
     )
     parser.add_argument("--batch", type=int, default=500, help="threads per batch (default 500)")
+    parser.add_argument(
+        "--throttle",
+        type=float,
+        help="after each batch, rest this many times as long as the batch took, so live "
+        "writers keep their latency (default 1: busy half the time; 0: flat out)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.set_defaults(handler=run_prune)
 
@@ -121,6 +127,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise CommandError(f"--max-seconds must be a positive number, got {args.max_seconds}")
     if not 1 <= args.batch <= 10_000:
         raise CommandError(f"--batch must be from 1 to 10000, got {args.batch}")
+    if args.throttle is not None and not 0 <= args.throttle <= 100:
+        raise CommandError(f"--throttle must be from 0 to 100, got {args.throttle:g}")
     if args.tenant is not None and not args.tenant.strip():
         raise CommandError("--tenant must not be empty")
 
@@ -128,6 +136,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     """Run the pruner once (see the module docstring for output and exit codes)."""
     from langgraph_durable.errors import ConfigurationError, DurableError, InvalidInputError
+    from langgraph_durable.retention import DEFAULT_THROTTLE
 
     _check_flags(args)
     target = resolve_target(args)
@@ -150,6 +159,7 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
                     dry_run=args.dry_run,
                     max_seconds=args.max_seconds,
                     batch=args.batch,
+                    throttle=DEFAULT_THROTTLE if args.throttle is None else args.throttle,
                     progress=progress,
                 )
             finally:

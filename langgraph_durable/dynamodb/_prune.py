@@ -51,7 +51,7 @@ from .._core.retention import (
     pruner_identity,
     thread_expired,
 )
-from .._core.sansio import Blocking, Emit
+from .._core.sansio import Blocking, Emit, Sleep
 from ..errors import StorageError
 from ._calls import ConditionFailedError
 from ._deltas import item_chain, parse_refs
@@ -475,6 +475,7 @@ class Pruner:
             while ready and (len(ready) >= request.batch or not last):
                 chunk, ready = ready[: request.batch], ready[request.batch :]
                 threads = [pending.pop(pk) for pk in chunk]
+                started = request.monotonic()
                 yield from self._batch(threads)
                 done.update(chunk)
                 report = self.report
@@ -493,6 +494,9 @@ class Pruner:
                     return None
                 if not request.dry_run:
                     yield from self._renew_lock()
+                rest = request.rest_after(started)
+                if rest > 0:
+                    yield Sleep(rest)
             if not last:
                 if cursor is not None:
                     yield from self._cursor(None)  # a whole round is done

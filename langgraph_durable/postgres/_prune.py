@@ -45,7 +45,7 @@ from .._core.retention import (
     Retention,
     keep_set,
 )
-from .._core.sansio import Emit
+from .._core.sansio import Emit, Sleep
 
 if TYPE_CHECKING:
     from ._sql import PostgresOps
@@ -223,6 +223,7 @@ def _drop_partitions(
             continue  # the row phase removes this epoch's expired threads
         if request.out_of_time():
             return False  # a droppable epoch is left
+        started = request.monotonic()
         names = [n for n, _a, _p in leaves[epoch]]
         sizes = yield _q(
             "SELECT coalesce(sum(pg_total_relation_size("
@@ -262,6 +263,7 @@ def _drop_partitions(
             ops.epochs.forget(tenant, thread)
         _count(report, len(gone), checkpoints, int(sizes[0]), len(names))
         yield progress.step(len(gone))
+        yield from _rest(request, started)
     return True
 
 
@@ -285,6 +287,7 @@ def _forget_epoch(
     params = {**plan.params, "epoch": epoch}
     yield _q("BEGIN", (), "none")
     try:
+        yield _q("SET LOCAL synchronous_commit TO off", (), "none")
         row = yield _q(
             f"WITH locked AS (SELECT * FROM {s}.threads th WHERE th.epoch = %(epoch)s "
             "FOR UPDATE) "
@@ -325,32 +328,59 @@ def _prune_rows(
     """Delete or trim the expired threads left, a batch at a time; False when out of time."""
     s = ops._s
     expired = plan.by_strategy[strategy]
-    after: tuple[str, str] = ("", "")
-    first = True
+    after: tuple[str, str] | None = None
     while True:
-        rows = yield _q(
-            f"SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th WHERE {expired} "
-            "AND th.epoch <> ALL(%(dropped)s::integer[]) "
-            + ("" if first else "AND (th.tenant_id, th.thread_id) > (%(a_t)s, %(a_th)s) ")
-            + "ORDER BY th.tenant_id, th.thread_id LIMIT %(batch)s",
-            {**plan.params, "a_t": after[0], "a_th": after[1], "batch": request.batch},
-            "all",
-        )
-        if not rows:
-            return True
         if request.out_of_time():
-            return False  # expired threads are left
-        first = False
-        after = (rows[-1][0], rows[-1][1])
-        batch = [(str(t), str(th), int(e)) for t, th, e in rows]
-        report.threads_seen += len(batch)
-        if strategy == DELETE:
-            yield from _delete_batch(ops, request, plan, batch, report)
+            left = yield _q(
+                f"SELECT EXISTS (SELECT 1 FROM {s}.threads th WHERE {expired} "
+                "AND th.epoch <> ALL(%(dropped)s::integer[]) " + _after(after) + ")",
+                {**plan.params, **_after_params(after)},
+            )
+            return not left[0]  # False: expired threads are left
+        started = request.monotonic()
+        pick = (
+            f"SELECT th.tenant_id, th.thread_id, th.epoch, th.ctid FROM {s}.threads th "
+            f"WHERE {expired} AND th.epoch <> ALL(%(dropped)s::integer[]) "
+            + _after(after)
+            + "ORDER BY th.tenant_id, th.thread_id LIMIT %(batch)s"
+        )
+        params = {**plan.params, **_after_params(after), "batch": request.batch}
+        if strategy == DELETE and not request.dry_run:
+            # Pick and delete in one statement (one round trip per batch).
+            picked, last = yield from _delete_picked(ops, plan, pick, params, report)
         else:
-            yield from trim_batch(ops, request.dry_run, plan.keep_of, batch, report)
-        yield progress.step(len(batch))
-        if len(rows) < request.batch:
+            rows = yield _q(pick, params, "all")
+            picked = len(rows)
+            last = (rows[-1][0], rows[-1][1]) if rows else None
+            batch = [(str(t), str(th), int(e)) for t, th, e, _ctid in rows]
+            if strategy == DELETE:
+                yield from _count_batch(ops, plan, batch, report)
+            elif batch:
+                yield from trim_batch(ops, request.dry_run, plan.keep_of, batch, report)
+        if not picked:
             return True
+        after = last
+        report.threads_seen += picked
+        yield progress.step(picked)
+        if picked < request.batch:
+            return True
+        yield from _rest(request, started)
+
+
+def _after(after: tuple[str, str] | None) -> str:
+    """The keyset condition that resumes after the last thread of the previous batch."""
+    return "" if after is None else "AND (th.tenant_id, th.thread_id) > (%(a_t)s, %(a_th)s) "
+
+
+def _after_params(after: tuple[str, str] | None) -> dict[str, str]:
+    return {} if after is None else {"a_t": after[0], "a_th": after[1]}
+
+
+def _rest(request: PruneRequest, started: float) -> Generator[Any, Any, None]:
+    """After a unit of work, rest as ``request.throttle`` asks."""
+    rest = request.rest_after(started)
+    if rest > 0:
+        yield Sleep(rest)
 
 
 def _arrays(batch: list[tuple[str, str, int]]) -> dict[str, Any]:
@@ -367,58 +397,82 @@ _BATCH = (
 )
 
 
-def _delete_batch(
-    ops: PostgresOps,
-    request: PruneRequest,
-    plan: _Plan,
-    batch: list[tuple[str, str, int]],
-    report: PruneReport,
+#: A CTE that makes the statement's own commit asynchronous (``set_config`` with
+#: is_local: the setting ends with the transaction). The pruner's commits need
+#: not wait for their WAL to reach disk: a crash loses at most its last
+#: batches, which the next run deletes again, and each thread stays whole or
+#: gone. Writers' commits then wait behind less of the pruner's WAL.
+_ASYNC_COMMIT = "a AS (SELECT set_config('synchronous_commit', 'off', true))"
+
+
+def _delete_picked(
+    ops: PostgresOps, plan: _Plan, pick: str, params: dict[str, Any], report: PruneReport
+) -> Generator[Any, Any, tuple[int, tuple[str, str] | None]]:
+    """Pick the next batch of expired threads and delete each whole, in one statement.
+
+    The registry rows are found by ``ctid`` (no join over the registry) and
+    re-checked for expiry once locked, so a thread written meanwhile stays.
+    Returns how many threads were picked and the last one (the keyset cursor).
+    """
+    s = ops._s
+    mine = "{a}.tenant_id = t.tenant_id AND {a}.thread_id = t.thread_id AND {a}.epoch = t.epoch"
+    row = yield _q(
+        f"WITH p AS ({pick}), "
+        f"t AS (DELETE FROM {s}.threads th WHERE th.ctid = ANY(ARRAY(SELECT ctid FROM p)) "
+        f"AND {plan.by_strategy[DELETE]} RETURNING th.tenant_id, th.thread_id, th.epoch), "
+        f"c AS (DELETE FROM {s}.checkpoints c USING t WHERE {mine.format(a='c')} "
+        "RETURNING octet_length(c.checkpoint) + octet_length(c.metadata) AS n), "
+        f"b AS (DELETE FROM {s}.blobs b USING t WHERE {mine.format(a='b')} "
+        "RETURNING coalesce(octet_length(b.blob), 0) AS n), "
+        f"w AS (DELETE FROM {s}.writes w USING t WHERE {mine.format(a='w')} "
+        "RETURNING octet_length(w.blob) AS n), "
+        f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
+        "AND e.thread_id = t.thread_id), "
+        "l AS (SELECT tenant_id, thread_id FROM p ORDER BY tenant_id DESC, thread_id DESC "
+        f"LIMIT 1), {_ASYNC_COMMIT} "
+        "SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM c), "
+        "(SELECT coalesce(sum(n), 0) FROM c) + (SELECT coalesce(sum(n), 0) FROM b) "
+        "+ (SELECT coalesce(sum(n), 0) FROM w), "
+        "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t), "
+        "(SELECT count(*) FROM p), (SELECT tenant_id FROM l), (SELECT thread_id FROM l), "
+        "(SELECT count(*) FROM a)",
+        params,
+    )
+    for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
+        ops.epochs.forget(tenant, thread)
+    report.threads += int(row[0])
+    report.checkpoints += int(row[1])
+    report.bytes += int(row[2])
+    picked = int(row[5])
+    return picked, (None if not picked else (str(row[6]), str(row[7])))
+
+
+def _count_batch(
+    ops: PostgresOps, plan: _Plan, batch: list[tuple[str, str, int]], report: PruneReport
 ) -> Generator[Any, Any, None]:
-    """Delete a batch of expired threads whole, in one statement."""
+    """Dry run: count what deleting a batch of expired threads would remove."""
     s = ops._s
     params = {**plan.params, **_arrays(batch)}
     mine = "{a}.tenant_id = t.tenant_id AND {a}.thread_id = t.thread_id AND {a}.epoch = t.epoch"
-    if request.dry_run:
-        t_cte = (
-            f"t AS (SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th "
-            f"JOIN {_BATCH} ON th.tenant_id = d.tenant_id AND th.thread_id = d.thread_id "
-            f"WHERE {plan.by_strategy[DELETE]})"
-        )
-        row = yield _q(
-            f"WITH {t_cte} SELECT (SELECT count(*) FROM t), "
-            f"(SELECT count(*) FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}), "
-            "(SELECT coalesce(sum(octet_length(c.checkpoint) + octet_length(c.metadata)), 0) "
-            f"FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}) + "
-            "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) "
-            f"FROM {s}.blobs b JOIN t ON {mine.format(a='b')}) + "
-            "(SELECT coalesce(sum(octet_length(w.blob)), 0) "
-            f"FROM {s}.writes w JOIN t ON {mine.format(a='w')}), "
-            "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t)",
-            params,
-        )
-        for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
-            report.record(tenant, thread)
-    else:
-        row = yield _q(
-            f"WITH t AS (DELETE FROM {s}.threads th USING {_BATCH} "
-            "WHERE th.tenant_id = d.tenant_id AND th.thread_id = d.thread_id "
-            f"AND {plan.by_strategy[DELETE]} RETURNING th.tenant_id, th.thread_id, th.epoch), "
-            f"c AS (DELETE FROM {s}.checkpoints c USING t WHERE {mine.format(a='c')} "
-            "RETURNING octet_length(c.checkpoint) + octet_length(c.metadata) AS n), "
-            f"b AS (DELETE FROM {s}.blobs b USING t WHERE {mine.format(a='b')} "
-            "RETURNING coalesce(octet_length(b.blob), 0) AS n), "
-            f"w AS (DELETE FROM {s}.writes w USING t WHERE {mine.format(a='w')} "
-            "RETURNING octet_length(w.blob) AS n), "
-            f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
-            "AND e.thread_id = t.thread_id) "
-            "SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM c), "
-            "(SELECT coalesce(sum(n), 0) FROM c) + (SELECT coalesce(sum(n), 0) FROM b) "
-            "+ (SELECT coalesce(sum(n), 0) FROM w), "
-            "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t)",
-            params,
-        )
-        for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
-            ops.epochs.forget(tenant, thread)
+    t_cte = (
+        f"t AS (SELECT th.tenant_id, th.thread_id, th.epoch FROM {s}.threads th "
+        f"JOIN {_BATCH} ON th.tenant_id = d.tenant_id AND th.thread_id = d.thread_id "
+        f"WHERE {plan.by_strategy[DELETE]})"
+    )
+    row = yield _q(
+        f"WITH {t_cte} SELECT (SELECT count(*) FROM t), "
+        f"(SELECT count(*) FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}), "
+        "(SELECT coalesce(sum(octet_length(c.checkpoint) + octet_length(c.metadata)), 0) "
+        f"FROM {s}.checkpoints c JOIN t ON {mine.format(a='c')}) + "
+        "(SELECT coalesce(sum(coalesce(octet_length(b.blob), 0)), 0) "
+        f"FROM {s}.blobs b JOIN t ON {mine.format(a='b')}) + "
+        "(SELECT coalesce(sum(octet_length(w.blob)), 0) "
+        f"FROM {s}.writes w JOIN t ON {mine.format(a='w')}), "
+        "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t)",
+        params,
+    )
+    for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
+        report.record(tenant, thread)
     report.threads += int(row[0])
     report.checkpoints += int(row[1])
     report.bytes += int(row[2])

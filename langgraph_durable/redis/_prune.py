@@ -52,7 +52,7 @@ from .._core.retention import (
     pruner_identity,
     thread_expired,
 )
-from .._core.sansio import Blocking, Emit
+from .._core.sansio import Blocking, Emit, Sleep
 from ..errors import DurableError, StorageError
 from ._keys import KeyLayout, _ident
 from ._records import _text
@@ -483,6 +483,7 @@ def _walk(run: _Run, lock: str, me: str) -> Generator[Any, Any, None]:
         total = sum(int(c) for c in counts if not isinstance(c, DurableError))
     walk = _IndexWalk(run.keys, tenants)
     while True:
+        started = request.monotonic()
         items = yield from walk.take(request.batch)
         if not items:
             return None
@@ -496,6 +497,9 @@ def _walk(run: _Run, lock: str, me: str) -> Generator[Any, Any, None]:
         if request.out_of_time() and walk.more():
             report.budget_exhausted = True
             return None
+        rest = request.rest_after(started)
+        if rest > 0:
+            yield Sleep(rest)
 
 
 def trim_threads(

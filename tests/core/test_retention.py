@@ -13,6 +13,7 @@ from langgraph_durable import Retention
 from langgraph_durable._core.retention import (
     CheckpointNode,
     PruneReport,
+    PruneRequest,
     delta_pending,
     format_duration,
     holder_gone,
@@ -159,3 +160,20 @@ def test_lock_holders_of_dead_processes_here_are_recognised() -> None:
     assert holder_gone(f"{host}:{child.stdout.strip()}:abcd")
     assert not holder_gone(f"another-host-{os.getpid()}:1:abcd")
     assert not holder_gone("garbage")
+
+
+def test_rest_after_is_the_throttle_times_the_batch_time_within_bounds() -> None:
+    clock = [100.0]
+
+    def request(**kw: object) -> PruneRequest:
+        return PruneRequest(monotonic=lambda: clock[0], **kw)  # type: ignore[arg-type]
+
+    clock[0] = 100.5  # the batch started at 100.0 and took 0.5 s
+    assert request(throttle=0.0).rest_after(100.0) == 0.0
+    assert request(throttle=1.0).rest_after(100.0) == pytest.approx(0.5)
+    assert request(throttle=3.0).rest_after(100.0) == pytest.approx(1.5)
+    assert request(throttle=1.0, dry_run=True).rest_after(100.0) == 0.0
+    # capped, and never past the time budget
+    assert request(throttle=100.0).rest_after(100.0) == pytest.approx(10.0)
+    assert request(throttle=3.0, deadline=101.0).rest_after(100.0) == pytest.approx(0.5)
+    assert request(throttle=3.0, deadline=100.2).rest_after(100.0) == 0.0

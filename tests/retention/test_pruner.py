@@ -250,6 +250,7 @@ def test_cli_bad_usage_exits_2(spec: SaverSpec) -> None:
         ["--keep", "0"],
         ["--max-seconds", "-1"],
         ["--strategy", "everything"],
+        ["--throttle", "-1"],
     ):
         result = _cli(spec, *flags)
         assert result.returncode == 2, (flags, result.stderr)
@@ -265,3 +266,31 @@ def test_cli_prune_with_flags_deletes_idle_threads(spec: SaverSpec) -> None:
     assert summary["threads"] == len(THREADS) and summary["checkpoints"] == STEPS * len(THREADS)
     assert _state(spec) == _expected()
     assert _raw_mentions(spec, "old") == 0
+
+
+def test_throttle_rests_after_each_batch_in_proportion(
+    spec: SaverSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``throttle`` makes the pruner rest between batches; 0 runs flat out; bad values fail."""
+    from langgraph_durable import _drive
+    from langgraph_durable.errors import InvalidInputError
+
+    rests: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(_drive.time, "sleep", lambda s: (rests.append(s), real_sleep(0))[1])
+    with_policy = SaverSpec(spec.backend, spec.conn, {**spec.kwargs, "retention": POLICIES.get})
+    now = time.time() + 60
+    _populate(spec, POLICIES.get)
+    with open_saver(with_policy) as saver:
+        with pytest.raises(InvalidInputError):
+            saver.prune_expired(now=now, throttle=-1)
+        flat = saver.prune_expired(now=now, batch=4, throttle=0)
+    assert flat.threads == len(THREADS) and rests == []
+    _populate(spec, POLICIES.get)
+    with open_saver(with_policy) as saver:
+        report = saver.prune_expired(now=now, batch=4, throttle=3.0)
+    assert report.threads == len(THREADS)
+    # a rest after each full batch but the last (10 threads in batches of 4: 2 or more)
+    assert len(rests) >= 2 and all(r > 0 for r in rests), rests
+    state = _state(spec)  # "young" was written twice
+    assert all(n == (0 if tenant == "old" else 2 * STEPS) for (tenant, _t), n in state.items())
