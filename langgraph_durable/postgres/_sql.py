@@ -535,6 +535,53 @@ class PostgresOps:
             self._known_sql[(epoch, by_id)] = sql
         return sql
 
+    def _list_sql(self, checkpoints: str, blobs: str, writes: str, where: str, order: str) -> str:
+        """One page of a listing, its blobs fetched once for the page.
+
+        A checkpoint row carries only the references to its blobs; the first
+        row also carries every blob the page needs: the referenced ones and,
+        for deltas, their chains down to a full copy, each blob once however
+        many checkpoints share it (consecutive checkpoints share all but their
+        newest delta). ``keys`` collects them by following ``base`` links;
+        ``UNION`` stops at keys already found.
+        """
+        same = (
+            "b.tenant_id = %(tenant)s AND b.thread_id = k.thread_id "
+            "AND b.checkpoint_ns = k.checkpoint_ns AND b.epoch = k.epoch "
+            "AND b.channel = k.channel AND b.version = k.version"
+        )
+        c_order = " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+        page = ", ".join(
+            f"CASE WHEN row_number() OVER ({c_order.strip()}) = 1 "
+            f"THEN (SELECT array_agg(pb.{col}) FROM pb) END"
+            for col in _PAGE_BLOB_COLUMNS
+        )
+        return (
+            f"WITH RECURSIVE c AS MATERIALIZED (SELECT * FROM {checkpoints} WHERE {where}{order} "
+            "LIMIT %(page)s), "
+            "keys AS (SELECT c.thread_id, c.checkpoint_ns, c.epoch, r.channel, r.version FROM c "
+            "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
+            "UNION "
+            f"SELECT k.thread_id, k.checkpoint_ns, k.epoch, k.channel, b.base FROM keys k "
+            f"JOIN {blobs} b ON {same} WHERE b.base IS NOT NULL), "
+            f"pb AS (SELECT b.* FROM keys k JOIN {blobs} b ON {same}) "
+            "SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, "
+            "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
+            "c.blob_channels, c.blob_versions, "
+            "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
+            "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.metadata_index, "
+            f"{page} FROM c "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
+            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
+            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
+            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
+            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
+            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps"
+            + c_order
+        )
+
     def _known_tail(self, epoch: int) -> str:
         return self._tail(self._leaf("blobs", epoch), self._leaf("writes", epoch), "%(epoch)s")
 
@@ -842,14 +889,10 @@ class PostgresOps:
                 params["c_id"], params["c_thread"], params["c_ns"] = cursor
             params["page"] = page
             if known is not None:
-                table, tail = self._leaf("checkpoints", known), self._known_tail(known)
+                tables = [self._leaf(t, known) for t in ("checkpoints", "blobs", "writes")]
             else:
-                table, tail = f"{s}.checkpoints", self._select_tail
-            sql = (
-                self._select_head
-                + f"SELECT * FROM {table} WHERE {where}{order} LIMIT %(page)s"
-                + tail
-            )
+                tables = [f"{s}.{t}" for t in ("checkpoints", "blobs", "writes")]
+            sql = self._list_sql(*tables, where, order)
             try:
                 rows = yield Query(sql, dict(params), "all")
             except SchemaError:
@@ -863,8 +906,7 @@ class PostgresOps:
                     tenant, thread, ns, checkpoint_id, filter, before_id, limit, echo_tenant
                 ).steps
                 return None
-            for row in rows:
-                stored = _stored(row)
+            for stored in _stored_page(rows):
                 row_key = ThreadKey(tenant, stored.thread, stored.ns, echo_tenant)
                 yield Emit(self.codec.decode(row_key, stored, memo))
             if len(rows) < page:
@@ -1269,6 +1311,91 @@ def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> l
     return [
         None if b is None else Sealed(t, bytes(b)) for t, b in zip(types, blobs or [], strict=True)
     ]
+
+
+#: The columns of a listing page's blobs, which its first row carries (``_list_sql``).
+_PAGE_BLOB_COLUMNS = (
+    "thread_id",
+    "checkpoint_ns",
+    "channel",
+    "version",
+    "type",
+    "blob",
+    "base",
+    "base_count",
+)
+
+
+def _stored_page(rows: Sequence[Sequence[Any]]) -> list[StoredCheckpoint]:
+    """The checkpoints of one listing page (``_list_sql``), sharing the page's blobs.
+
+    Every checkpoint of a thread and namespace gets the same ``bases`` map,
+    so the codec follows delta chains through blobs decoded once per page.
+    """
+    if not rows:
+        return []
+    threads, namespaces, channels, versions, types, datas, bases, counts = rows[0][22:30]
+    scopes: dict[tuple[str, str], dict[tuple[str, str], Sealed | BlobDelta | None]] = {}
+    for thread, ns, channel, version, sealed, base, count in zip(
+        threads or [],
+        namespaces or [],
+        channels or [],
+        versions or [],
+        _sealed_list(types, datas),
+        bases or [],
+        counts or [],
+        strict=True,
+    ):
+        value: Sealed | BlobDelta | None = sealed
+        if base is not None and sealed is not None:
+            value = BlobDelta(str(base), int(count), sealed)
+        scopes.setdefault((thread, ns), {})[(channel, version)] = value
+    out = []
+    for row in rows:
+        thread, ns, checkpoint_id, parent, c_type, c_data, m_type, m_data = row[:8]
+        scope = scopes.get((thread, ns), {})
+        refs = zip(row[8] or [], row[9] or [], strict=True)
+        out.append(
+            StoredCheckpoint(
+                thread=thread,
+                ns=ns,
+                checkpoint_id=checkpoint_id,
+                parent_checkpoint_id=parent,
+                body=Sealed(c_type, bytes(c_data)),
+                metadata=Sealed(m_type, bytes(m_data)),
+                blobs=[(ch, ver, scope[(ch, ver)]) for ch, ver in refs if (ch, ver) in scope],
+                bases=scope,
+                writes=_writes(row[10:16]),
+                parent_sends=_sends(row[16:21]),
+                metadata_index=row[21],
+            )
+        )
+    return out
+
+
+def _writes(cols: Sequence[Any]) -> list[tuple[str, str, int, str, Sealed]]:
+    tasks, paths, idxs, channels, types, blobs = cols
+    return cast(
+        "list[tuple[str, str, int, str, Sealed]]",
+        list(
+            zip(
+                tasks or [],
+                paths or [],
+                idxs or [],
+                channels or [],
+                _sealed_list(types, blobs),
+                strict=True,
+            )
+        ),
+    )
+
+
+def _sends(cols: Sequence[Any]) -> list[tuple[str, str, int, Sealed]]:
+    tasks, paths, idxs, types, blobs = cols
+    return cast(
+        "list[tuple[str, str, int, Sealed]]",
+        list(zip(tasks or [], paths or [], idxs or [], _sealed_list(types, blobs), strict=True)),
+    )
 
 
 def _stored(row: Sequence[Any]) -> StoredCheckpoint:
