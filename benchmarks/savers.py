@@ -26,11 +26,14 @@ class SaverSpec:
     backend: str = "postgres"  # "postgres" | "redis" | "dynamodb" | "memory"
     encrypted: bool = False  # ours with encryption= (a LocalKeyring): see encryption()
     redacted: bool = False  # ours with redaction=Redaction(): every built-in detector, mask
+    rls: bool = False  # ours (PostgreSQL) with RLS on, as an app role: see rls_app_url
 
     def kwargs(self) -> dict[str, Any]:
         """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
         ``redaction=`` for a redacted one."""
         out: dict[str, Any] = {"encryption": encryption()} if self.encrypted else {}
+        if self.rls:
+            out["row_level_security"] = True
         if self.redacted:
             from langgraph_durable.protect import Redaction
 
@@ -99,6 +102,16 @@ def _twins(suffix: str, flag: str) -> dict[str, str]:
 ENCRYPTED: dict[str, str] = _twins("enc", "encrypted")
 REDACTED: dict[str, str] = _twins("red", "redacted")
 
+# Our PostgreSQL savers with row-level security on, connected as an application role that
+# owns nothing (docs/security.md): "ours-rls", "ours-async-rls".
+RLS: dict[str, str] = {"ours": "ours-rls", "ours-async": "ours-async-rls"}
+SPECS.update(
+    {
+        t: replace(SPECS[n], name=t, label=f"{SPECS[n].label}, row-level security", rls=True)
+        for n, t in RLS.items()
+    }
+)
+
 # Each of ours next to the saver it is compared with (ratios are ours / theirs).
 PAIRS: list[tuple[str, str]] = [
     ("ours", "upstream"),
@@ -112,6 +125,9 @@ PAIRS: list[tuple[str, str]] = [
 ENCRYPTION_PAIRS: list[tuple[str, str]] = [(enc, plain) for plain, enc in ENCRYPTED.items()]
 # Each redacted saver next to its unredacted twin (ratios are redacted / plain).
 REDACTION_PAIRS: list[tuple[str, str]] = [(red, plain) for plain, red in REDACTED.items()]
+
+# Each saver with row-level security next to its twin without (ratios are RLS / plain).
+RLS_PAIRS: list[tuple[str, str]] = [(rls, plain) for plain, rls in RLS.items()]
 
 # What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
 DEFAULT_SAVERS: dict[str, str] = {
@@ -154,6 +170,52 @@ def admin_connect(url: str) -> psycopg.Connection:
 def drop_schema(url: str, schema: str) -> None:
     with admin_connect(url) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+_RLS_APP_ROLE = f"lgd_bench_app_{os.getpid()}"
+
+
+def rls_app_url(url: str, schema: str) -> str:
+    """Set ``schema`` up with row-level security and return the URL of an application role.
+
+    The run's own role (a superuser by default) owns the schema and runs
+    ``setup(row_level_security=True)``; the saver under measurement then connects as
+    ``lgd_bench_app_<pid>``, a role made here (once, dropped at exit) that owns nothing
+    and has the grants of docs/security.md, so that the policies apply to it (a
+    superuser or the owner of a table with RLS forced off would skip them).
+    """
+    import atexit
+
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from langgraph_durable.postgres import PostgresSaver
+    from langgraph_durable.postgres._rls import app_role_grants
+
+    app = sql.Identifier(_RLS_APP_ROLE)
+    with admin_connect(url) as conn:
+        owner = conn.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+        known = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (_RLS_APP_ROLE,))
+        if known.fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(app))
+            atexit.register(_drop_rls_role, url)
+    with PostgresSaver.from_conn_string(
+        url, schema=schema, row_level_security=True, pool_size=1
+    ) as saver:
+        saver.setup()
+    with admin_connect(url) as conn:
+        for statement in app_role_grants(schema, _RLS_APP_ROLE, owner):
+            conn.execute(statement)  # type: ignore[arg-type]
+    return make_conninfo(url, user=_RLS_APP_ROLE)
+
+
+def _drop_rls_role(url: str) -> None:
+    from psycopg import sql
+
+    app = sql.Identifier(_RLS_APP_ROLE)
+    with admin_connect(url) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(app))
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(app))
 
 
 def create_schema(url: str, schema: str) -> None:
@@ -272,11 +334,14 @@ def open_sync(spec: SaverSpec, url: str, schema: str, pool_size: int) -> Iterato
     else:
         from langgraph_durable.postgres import PostgresSaver as OursSaver
 
+        if spec.rls:
+            url = rls_app_url(url, schema)
         pool = ConnectionPool(url, min_size=pool_size, max_size=pool_size, open=True)
         try:
             pool.wait()
             saver = OursSaver(pool, schema=schema, **spec.kwargs())
-            saver.setup()
+            if not spec.rls:  # rls_app_url set it up as the owner; the app role may not
+                saver.setup()
             yield saver
         finally:
             pool.close()
@@ -308,11 +373,14 @@ async def open_async(spec: SaverSpec, url: str, schema: str, pool_size: int) -> 
     elif spec.kind == "ours":
         from langgraph_durable.postgres import AsyncPostgresSaver as OursAsync
 
+        if spec.rls:
+            url = rls_app_url(url, schema)
         pool = AsyncConnectionPool(url, min_size=pool_size, max_size=pool_size, open=False)
         await pool.open(wait=True)
         try:
             saver = OursAsync(pool, schema=schema, **spec.kwargs())
-            await saver.setup()
+            if not spec.rls:  # rls_app_url set it up as the owner; the app role may not
+                await saver.setup()
             yield saver
         finally:
             await pool.close()

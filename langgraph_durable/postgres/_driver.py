@@ -3,6 +3,11 @@
 The only module of the Postgres backend that talks to the database. It owns
 connection handling (a connection, a pool, or a URL), autocommit, prepared
 statements, and the translation of psycopg errors into ours.
+
+A statement with settings (row-level security: the tenant) is sent in pipeline
+mode: ``set_config(...)``, the statement and one Sync leave together and come
+back together, one round trip, with the settings local to the (implicit or
+enclosing) transaction.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ._sql import Query
+from ._query import Query
 
 R = TypeVar("R")
 
@@ -52,6 +57,8 @@ def translate(exc: BaseException) -> DurableError:
             f"the saver's tables are missing or outdated ({str(exc).strip()}): "
             "call setup() (or run `langgraph-durable setup`) once before use"
         )
+    if sqlstate == "42501":
+        return _refused(str(exc).strip())
     if isinstance(exc, psycopg.DataError):
         return InvalidInputError(f"PostgreSQL cannot store this value: {str(exc).strip()}")
     if isinstance(exc, psycopg.OperationalError):
@@ -59,6 +66,20 @@ def translate(exc: BaseException) -> DurableError:
     if isinstance(exc, psycopg.Error):
         return StorageError(f"PostgreSQL error: {str(exc).strip()}")
     return StorageError(f"unexpected error talking to PostgreSQL: {exc!r}")
+
+
+def _refused(message: str) -> StorageError:
+    """Our error for SQLSTATE 42501 (a privilege or a row-level security policy)."""
+    if "row-level security" in message:
+        return StorageError(
+            f"PostgreSQL refused a row under row-level security ({message}): a schema with "
+            "row-level security on needs savers with row_level_security=True, and "
+            "cross-tenant work a role with BYPASSRLS (docs/security.md)"
+        )
+    return StorageError(
+        f"PostgreSQL refused this role a privilege ({message}): setup() needs the migration "
+        "role that owns the schema, the application the grants of docs/security.md"
+    )
 
 
 def _check_url(url: str) -> str:
@@ -129,13 +150,22 @@ class SyncConnector:
 
     def execute(self, conn: Connection[Any], step: Any) -> Any:
         q = _request(step)
+        prepare = self.prepare and q.prepare
+        if q.settings:
+            return self._execute_with_settings(conn, q, prepare)
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
-            if q.fetch == "all":
-                return cur.fetchall()
-            if q.fetch == "one":
-                return cur.fetchone()
-            return cur.rowcount
+            cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+            return _fetch(cur, q.fetch)
+
+    def _execute_with_settings(self, conn: Connection[Any], q: Query, prepare: bool) -> Any:
+        # The pipeline's exit sends the one Sync and reads every result back; the
+        # cursor keeps the last statement's.
+        setter, setter_params = q.setter()
+        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            with conn.pipeline():
+                cur.execute(setter, setter_params, prepare=prepare)
+                cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+            return _fetch(cur, q.fetch)
 
     def close(self) -> None:
         if self.owns and self.pool is not None:
@@ -153,6 +183,22 @@ def _autocommit(conn: Connection[Any]) -> Iterator[None]:
     finally:
         if conn.info.transaction_status == TransactionStatus.IDLE:
             conn.autocommit = False
+
+
+def _fetch(cur: psycopg.Cursor[Any], fetch: str) -> Any:
+    if fetch == "all":
+        return cur.fetchall()
+    if fetch == "one":
+        return cur.fetchone()
+    return cur.rowcount
+
+
+async def _afetch(cur: psycopg.AsyncCursor[Any], fetch: str) -> Any:
+    if fetch == "all":
+        return await cur.fetchall()
+    if fetch == "one":
+        return await cur.fetchone()
+    return cur.rowcount
 
 
 def _request(step: Any) -> Query:
@@ -297,13 +343,23 @@ class AsyncConnector:
 
     async def execute(self, conn: AsyncConnection[Any], step: Any) -> Any:
         q = _request(step)
+        prepare = self.prepare and q.prepare
+        if q.settings:
+            return await self._execute_with_settings(conn, q, prepare)
         async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            await cur.execute(q.sql, q.params or None, prepare=self.prepare and q.prepare)  # type: ignore[arg-type]
-            if q.fetch == "all":
-                return await cur.fetchall()
-            if q.fetch == "one":
-                return await cur.fetchone()
-            return cur.rowcount
+            await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+            return await _afetch(cur, q.fetch)
+
+    async def _execute_with_settings(
+        self, conn: AsyncConnection[Any], q: Query, prepare: bool
+    ) -> Any:
+        # One round trip: see SyncConnector._execute_with_settings.
+        setter, setter_params = q.setter()
+        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            async with conn.pipeline():
+                await cur.execute(setter, setter_params, prepare=prepare)
+                await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+            return await _afetch(cur, q.fetch)
 
     async def close(self) -> None:
         if self.owns and self.pool is not None:

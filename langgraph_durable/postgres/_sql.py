@@ -18,7 +18,11 @@ Schema (all tables in one configurable schema):
   not partitioned (an effect can be claimed before its thread's first
   checkpoint exists). Deleted with its thread.
 * ``data_keys``: the tenants' wrapped data keys (envelope encryption).
-* ``settings``: the partition width in days, fixed at the first ``setup()``.
+* ``settings``: the partition width in days, fixed at the first ``setup()``; the
+  retention policy; ``row_level_security`` (``on`` once a ``setup()`` turned it on).
+* Row-level security (``_rls``): when on, every table with ``tenant_id`` (each
+  partition too) enforces a tenant policy, and each statement of a tenant's
+  operation carries the tenant (``Query.settings``).
 * ``schema_migrations``: versions applied; migrations run under an advisory lock.
 """
 
@@ -28,7 +32,6 @@ import builtins
 import json
 import re
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from langgraph.checkpoint.serde.types import TASKS
@@ -51,7 +54,10 @@ from ..errors import (
     SchemaError,
     StorageError,
 )
+from . import _rls
 from ._prune import prune_expired, trim_batch
+from ._query import Query
+from ._rls import tenant_scoped
 
 __all__ = ["Query", "PostgresOps", "MIGRATIONS", "validate_schema_name"]
 
@@ -61,24 +67,6 @@ LIST_PAGE_SIZE = 100
 MAX_CHAIN_READ = 1001
 # How stale a thread's updated_at may get while it is being written.
 TOUCH_INTERVAL = "30 seconds"
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One SQL statement for the driver to run.
-
-    Attributes:
-        sql: The statement, with psycopg placeholders.
-        params: Its parameters.
-        fetch: ``"all"`` rows, ``"one"`` row (or None), or ``"none"`` (row count).
-        prepare: Whether it may be a prepared statement (hot-path statements);
-            DDL and multi-statement scripts are never prepared.
-    """
-
-    sql: str
-    params: Sequence[Any] | dict[str, Any] = ()
-    fetch: str = "none"
-    prepare: bool = True
 
 
 def validate_schema_name(schema: str) -> str:
@@ -243,6 +231,8 @@ $fn$;
     """
 ALTER TABLE {s}.blobs ADD COLUMN base text, ADD COLUMN base_count integer;
 """,
+    # 7: row-level security helpers; ensure_partitions runs as its owner (see _rls)
+    _rls.MIGRATION,
 ]
 
 # How often effect_claim runs again when its statement saw neither its own insert
@@ -268,6 +258,10 @@ class PostgresOps:
     Args:
         schema: Schema that holds the tables (validated identifier).
         codec: The checkpoint codec (owns the record pipeline).
+        retention: The retention policy of a tenant, for the expiry writes store.
+        row_level_security: Send each tenant operation's tenant with its
+            statements (see ``_rls``); ``setup()`` also turns it on when the
+            schema has row-level security on.
     """
 
     def __init__(
@@ -275,8 +269,10 @@ class PostgresOps:
         schema: str,
         codec: CheckpointCodec,
         retention: Callable[[str], Retention | None] | None = None,
+        row_level_security: bool = False,
     ) -> None:
         self.schema = validate_schema_name(schema)
+        self.row_level_security = bool(row_level_security)
         self.codec = codec
         self.retention = retention
         self.epochs = EpochCache()
@@ -535,7 +531,7 @@ class PostgresOps:
             self._known_sql[(epoch, by_id)] = sql
         return sql
 
-    def _list_sql(self, checkpoints: str, blobs: str, writes: str, where: str, order: str) -> str:
+    def _list_sql(self, checkpoints: str, blobs: str, writes: str, where: str) -> str:
         """One page of a listing, its blobs fetched once for the page.
 
         A checkpoint row carries only the references to its blobs; the first
@@ -557,8 +553,8 @@ class PostgresOps:
             for col in _PAGE_BLOB_COLUMNS
         )
         return (
-            f"WITH RECURSIVE c AS MATERIALIZED (SELECT * FROM {checkpoints} WHERE {where}{order} "
-            "LIMIT %(page)s), "
+            f"WITH RECURSIVE c AS MATERIALIZED (SELECT * FROM {checkpoints} WHERE {where} "
+            f"ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT %(page)s), "
             "keys AS (SELECT c.thread_id, c.checkpoint_ns, c.epoch, r.channel, r.version FROM c "
             "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
             "UNION "
@@ -622,16 +618,28 @@ class PostgresOps:
 
     @operation(transaction=True)
     def setup(
-        self, partition_days: int, retention: str | None = None
+        self, partition_days: int, retention: str | None = None, row_level_security: bool = False
     ) -> Generator[Any, Any, list[int]]:
         """Create or migrate the schema; returns the migration versions applied.
 
         ``retention`` (a ``Retention.to_json()``) is stored as the schema's
         policy, which ``langgraph-durable prune`` applies when given no flags.
+        ``row_level_security`` turns the schema's row-level security on (it
+        stays on: no setup turns it off); when the schema has it on, every
+        table with ``tenant_id`` is secured, and these operations send tenants.
         """
         s = self._s
         yield Query("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,), "one", False)
-        yield Query(f"CREATE SCHEMA IF NOT EXISTS {s}", (), "none", False)
+        # A schema made beforehand for its owner (docs/security.md) is not created again:
+        # CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database anyway.
+        row = yield Query(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+            (self.schema,),
+            "one",
+            False,
+        )
+        if not row[0]:
+            yield Query(f"CREATE SCHEMA IF NOT EXISTS {s}", (), "none", False)
         yield Query(
             f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
             "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
@@ -670,6 +678,14 @@ class PostgresOps:
         )
         if retention is not None:
             yield from self._store_retention(retention)
+        if row_level_security:
+            yield Query(
+                f"INSERT INTO {s}.settings (key, value) VALUES ('{_rls.SETTING_KEY}', 'on') "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (),
+                "none",
+                False,
+            )
         yield Query(
             f"SELECT {s}.ensure_partitions({s}.current_epoch()), "
             f"{s}.ensure_partitions({s}.current_epoch() + 1)",
@@ -677,6 +693,15 @@ class PostgresOps:
             "one",
             False,
         )
+        row = yield Query(
+            f"SELECT {s}.apply_row_level_security(), coalesce((SELECT value FROM {s}.settings "
+            f"WHERE key = '{_rls.SETTING_KEY}'), 'off') = 'on'",
+            (),
+            "one",
+            False,
+        )
+        if row[1]:
+            self.row_level_security = True
         return applied
 
     def _ensure_current_partitions(self) -> Query:
@@ -686,6 +711,7 @@ class PostgresOps:
     # ---- writes --------------------------------------------------------------
 
     @operation
+    @tenant_scoped
     def put(
         self,
         key: ThreadKey,
@@ -757,6 +783,7 @@ class PostgresOps:
         }
 
     @operation
+    @tenant_scoped
     def put_writes(
         self,
         key: ThreadKey,
@@ -805,6 +832,7 @@ class PostgresOps:
     # ---- reads ---------------------------------------------------------------
 
     @operation
+    @tenant_scoped
     def get_tuple(self, key: ThreadKey, checkpoint_id: str | None) -> Generator[Any, Any, Any]:
         """The latest (or the given) checkpoint of a thread namespace: one round trip."""
         params: dict[str, Any] = {"tenant": key.tenant, "thread": key.thread, "ns": key.ns}
@@ -831,6 +859,7 @@ class PostgresOps:
         return self.codec.decode(key, _stored(row))
 
     @operation
+    @tenant_scoped
     def list(
         self,
         tenant: str,
@@ -874,7 +903,6 @@ class PostgresOps:
             wheres.append("checkpoint_id < %(before)s")
             params["before"] = before_id
         base_where = " AND ".join(wheres)
-        order = " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
         remaining = limit
         cursor: tuple[str, str, str] | None = None
         memo = self.codec.list_memo()
@@ -889,10 +917,12 @@ class PostgresOps:
                 params["c_id"], params["c_thread"], params["c_ns"] = cursor
             params["page"] = page
             if known is not None:
-                tables = [self._leaf(t, known) for t in ("checkpoints", "blobs", "writes")]
+                leaf = self._leaf
+                sql = self._list_sql(
+                    leaf("checkpoints", known), leaf("blobs", known), leaf("writes", known), where
+                )
             else:
-                tables = [f"{s}.{t}" for t in ("checkpoints", "blobs", "writes")]
-            sql = self._list_sql(*tables, where, order)
+                sql = self._list_sql(f"{s}.checkpoints", f"{s}.blobs", f"{s}.writes", where)
             try:
                 rows = yield Query(sql, dict(params), "all")
             except SchemaError:
@@ -921,6 +951,7 @@ class PostgresOps:
     # ---- deletes, copies, pruning -------------------------------------------
 
     @operation
+    @tenant_scoped
     def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         """Delete every row of one thread (all namespaces): one statement."""
         self.epochs.forget(tenant, thread_id)
@@ -928,6 +959,7 @@ class PostgresOps:
         return None
 
     @operation
+    @tenant_scoped
     def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         """Delete the checkpoints (and their writes) made by the given runs."""
         ids = [str(r) for r in run_ids]
@@ -937,6 +969,7 @@ class PostgresOps:
         return int(row[0])
 
     @operation(transaction=True)
+    @tenant_scoped
     def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
         """Copy every checkpoint, blob and write of a thread to another thread id."""
         s = self._s
@@ -1001,6 +1034,7 @@ class PostgresOps:
         return None
 
     @operation(transaction=True)
+    @tenant_scoped
     def prune(
         self, tenant: str, thread_ids: Sequence[str], strategy: str
     ) -> Generator[Any, Any, None]:
@@ -1035,7 +1069,11 @@ class PostgresOps:
     def prune_expired(
         self, request: PruneRequest, policy: Callable[[str], Retention | None] | None
     ) -> Generator[Any, Any, None]:
-        """The pruner (``_prune``): emits ``PruneProgress`` items, then one ``PruneReport``."""
+        """The pruner (``_prune``): emits ``PruneProgress`` items, then one ``PruneReport``.
+
+        Across tenants: with row-level security on, only a role that bypasses it may run.
+        """
+        yield from _rls.require_bypass(self.schema, "pruning expired threads")
         return (yield from prune_expired(self, request, policy))
 
     def _store_retention(self, text: str) -> Generator[Any, Any, None]:
@@ -1063,6 +1101,7 @@ class PostgresOps:
     # ---- effect journal --------------------------------------------------------
 
     @operation
+    @tenant_scoped
     def effect_claim(
         self,
         tenant: str,
@@ -1098,6 +1137,7 @@ class PostgresOps:
         )
 
     @operation
+    @tenant_scoped
     def effect_complete(
         self,
         tenant: str,
@@ -1125,6 +1165,7 @@ class PostgresOps:
         return bool(count)
 
     @operation
+    @tenant_scoped
     def effect_delete(
         self, tenant: str, thread: str, effect_id: str, token: int | None
     ) -> Generator[Any, Any, bool]:
@@ -1138,6 +1179,7 @@ class PostgresOps:
         return bool(count)
 
     @operation
+    @tenant_scoped
     def effect_get(
         self, tenant: str, thread: str, effect_id: str
     ) -> Generator[Any, Any, StoredEffect | None]:
@@ -1147,6 +1189,7 @@ class PostgresOps:
         return None if row is None else _effect(effect_id, row, False)
 
     @operation
+    @tenant_scoped
     def effect_list(
         self, tenant: str, thread: str
     ) -> Generator[Any, Any, builtins.list[StoredEffect]]:
@@ -1155,6 +1198,7 @@ class PostgresOps:
         return [_effect(row[0], row[1:], False) for row in rows]
 
     @operation
+    @tenant_scoped
     def effect_restore(
         self, tenant: str, thread: str, effect: StoredEffect
     ) -> Generator[Any, Any, None]:
@@ -1183,6 +1227,7 @@ class PostgresOps:
     # ---- data keys (envelope encryption) --------------------------------------
 
     @operation
+    @tenant_scoped
     def data_keys(self, tenant: str) -> Generator[Any, Any, builtins.list[StoredDataKey]]:
         """Every stored data-key version of a tenant, shredded ones included."""
         rows = yield Query(
@@ -1197,6 +1242,7 @@ class PostgresOps:
         ]
 
     @operation
+    @tenant_scoped
     def add_data_key(self, tenant: str, key: StoredDataKey) -> Generator[Any, Any, bool]:
         """Store a new data-key version; False if that version exists."""
         row = yield Query(
@@ -1215,6 +1261,7 @@ class PostgresOps:
         return row is not None
 
     @operation
+    @tenant_scoped
     def rewrap_data_key(
         self, tenant: str, version: int, old_wrapped: bytes, key_id: str, wrapped: bytes
     ) -> Generator[Any, Any, bool]:
@@ -1235,6 +1282,7 @@ class PostgresOps:
         return row is not None
 
     @operation
+    @tenant_scoped
     def shred_data_keys(self, tenant: str) -> Generator[Any, Any, int]:
         """Delete every wrapped data key of a tenant (the versions stay as tombstones)."""
         rows = yield Query(
@@ -1248,7 +1296,8 @@ class PostgresOps:
 
     @operation
     def data_key_tenants(self) -> Generator[Any, Any, builtins.list[str]]:
-        """Every tenant with stored data keys."""
+        """Every tenant with stored data keys (across tenants: see ``_rls.require_bypass``)."""
+        yield from _rls.require_bypass(self.schema, "listing the tenants with data keys")
         rows = yield Query(
             f"SELECT DISTINCT tenant_id FROM {self._s}.data_keys ORDER BY tenant_id", {}, "all"
         )

@@ -51,6 +51,9 @@ class PostgresOptions:
             stored as the items added since the previous version, with a full
             copy after at most this many deltas (0-1000; 0 stores every
             version in full). See ``docs/postgres.md``.
+        row_level_security: Send each call's tenant with its statements, for a
+            schema whose tables enforce tenant isolation by row-level security
+            (``setup()`` turns it on for the schema). See ``docs/security.md``.
     """
 
     schema: str = "langgraph_durable"
@@ -60,6 +63,7 @@ class PostgresOptions:
     pool_size: int = 4
     pool_timeout: float = 30.0
     delta_chain: int = DEFAULT_MAX_CHAIN
+    row_level_security: bool = False
 
     def __post_init__(self) -> None:
         validate_schema_name(self.schema)
@@ -88,6 +92,10 @@ class PostgresOptions:
             raise ConfigurationError(
                 f"pool_timeout must be a positive number of seconds, got {self.pool_timeout!r}"
             )
+        if not isinstance(self.row_level_security, bool):
+            raise ConfigurationError(
+                f"row_level_security must be True or False, got {self.row_level_security!r}"
+            )
 
 
 def _options(
@@ -98,6 +106,7 @@ def _options(
     pool_size: int,
     pool_timeout: float,
     delta_chain: int = DEFAULT_MAX_CHAIN,
+    row_level_security: bool = False,
 ) -> PostgresOptions:
     if prepare_threshold is not None and (
         not isinstance(prepare_threshold, int) or prepare_threshold < 0
@@ -114,6 +123,7 @@ def _options(
         pool_size=pool_size,
         pool_timeout=pool_timeout,
         delta_chain=delta_chain,
+        row_level_security=row_level_security,
     )
 
 
@@ -123,6 +133,7 @@ class _PostgresSaverBase(DurableSaverBase):
     options: PostgresOptions
     _ops: PostgresOps
     _connector: Any
+    _schema_rls: bool = False  # setup() found the schema's row-level security on
 
     def __init__(
         self,
@@ -140,6 +151,7 @@ class _PostgresSaverBase(DurableSaverBase):
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
         delta_chain: int = DEFAULT_MAX_CHAIN,
+        row_level_security: bool = False,
     ) -> None:
         self.options = _options(
             schema,
@@ -149,6 +161,7 @@ class _PostgresSaverBase(DurableSaverBase):
             pool_size,
             pool_timeout,
             delta_chain,
+            row_level_security,
         )
         self._init_base(serde, tenant, default_tenant, encryption, redaction, retention)
         self._conn = self._connector(conn, self.options)
@@ -157,7 +170,17 @@ class _PostgresSaverBase(DurableSaverBase):
         return self.options.delta_chain
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
-        return PostgresOps(self.options.schema, codec, self._retention_for)
+        rls = self.options.row_level_security or self._schema_rls
+        return PostgresOps(self.options.schema, codec, self._retention_for, rls)
+
+    @property
+    def row_level_security(self) -> bool:
+        """Whether this saver sends each call's tenant for row-level security.
+
+        True with ``row_level_security=True``, and after a ``setup()`` that
+        found the schema's row-level security on.
+        """
+        return self._ops.row_level_security
 
     @property
     def schema(self) -> str:
@@ -166,7 +189,12 @@ class _PostgresSaverBase(DurableSaverBase):
 
     def _setup_op(self) -> Operation[list[int]]:
         stored = self.retention.to_json() if isinstance(self.retention, Retention) else None
-        return self._ops.setup(self.options.partition_days, stored)
+        return self._ops.setup(self.options.partition_days, stored, self.options.row_level_security)
+
+    def _after_setup(self, applied: list[int]) -> list[int]:
+        # A clone (with_allowlist) rebuilds its operations: keep what setup learned.
+        self._schema_rls = self._ops.row_level_security
+        return applied
 
 
 class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
@@ -200,6 +228,11 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
         delta_chain: Store list channels that grow by appending (``messages``)
             as the items added since the previous version, with a full copy
             after at most this many deltas (0: every version in full).
+        row_level_security: Tenant isolation enforced by PostgreSQL: ``setup()``
+            enables and forces row-level security on every table (partitions
+            included), and each statement carries its call's tenant as a
+            transaction-local setting, in the same round trip. Connect as a
+            role that does not own the tables (``docs/security.md``).
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:
@@ -232,7 +265,7 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
         Returns:
             The migration versions this call applied (empty if up to date).
         """
-        return self._run(self._setup_op())  # type: ignore[no-any-return]
+        return self._after_setup(self._run(self._setup_op()))
 
     def _run(self, op: Operation[Any]) -> Any:
         return _driver.run(self._conn, op)
@@ -281,7 +314,7 @@ class AsyncPostgresSaver(AsyncSaverMethods, _PostgresSaverBase):
     async def setup(self) -> list[int]:
         """Create or migrate the schema; returns the migration versions applied."""
         self._bind_loop()
-        return await self._arun(self._setup_op())  # type: ignore[no-any-return]
+        return self._after_setup(await self._arun(self._setup_op()))
 
     async def _arun(self, op: Operation[Any]) -> Any:
         return await _driver.arun(self._conn, op)

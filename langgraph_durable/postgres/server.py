@@ -17,6 +17,9 @@ Settings come from the environment:
 ``LGD_POSTGRES_PREPARE``               ``off`` disables prepared statements (PgBouncer)
 ``LGD_POSTGRES_SETUP``                 ``off`` skips ``setup()`` at start (run
                                        migrations elsewhere)
+``LGD_POSTGRES_RLS``                   ``on`` (or ``1``): row-level security
+                                       (``row_level_security=True``); connect as
+                                       the application role of docs/security.md
 ``LGD_RETENTION_IDLE``                 retention: ``30d`` etc.; also
                                        ``LGD_RETENTION_ABSOLUTE``,
                                        ``LGD_RETENTION_STRATEGY`` (``delete`` or
@@ -68,6 +71,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "prepare_threshold": 5 if env_flag(env, "LGD_POSTGRES_PREPARE", True) else None,
         "encryption": encryption_from_env(env),
         "retention": retention_from_env(env),
+        "row_level_security": env_flag(env, "LGD_POSTGRES_RLS", False),
         "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
 

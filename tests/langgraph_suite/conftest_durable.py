@@ -22,6 +22,12 @@ afterwards:
 one saver per backend again with envelope encryption on (a local keyring made per
 process).
 
+``durable_pg_rls`` is the sync Postgres saver with row-level security on, under the
+role recipe of docs/security.md: a migration role (made per process) owns the schema
+and runs ``setup(row_level_security=True)``, and the saver connects as an
+application role (made per process) that owns nothing and may only do what
+``app_role_grants`` allows. Both roles are dropped when the process exits.
+
 ``upstream_pg`` / ``upstream_pg_async`` run the stock ``langgraph-checkpoint-postgres``
 savers through the same plumbing (confined to the schema via ``search_path``), as a
 baseline for our own results.
@@ -121,6 +127,92 @@ def _with_search_path(url: str, schema: str) -> str:
 
 
 # --- our savers ------------------------------------------------------------------
+
+
+class _RlsRoles:
+    """The migration and application roles of this process (made at first use)."""
+
+    owner = ""
+    app = ""
+
+    @classmethod
+    def ensure(cls, url: str) -> tuple[str, str]:
+        if not cls.owner:
+            import atexit
+
+            import psycopg
+            from psycopg import sql
+
+            suffix = secrets.token_hex(6)
+            owner, app = f"lgd_suite_owner_{suffix}", f"lgd_suite_app_{suffix}"
+            with psycopg.connect(url, autocommit=True) as conn:
+                for role in (owner, app):
+                    conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            cls.owner, cls.app = owner, app
+            atexit.register(cls.drop, url)
+        return cls.owner, cls.app
+
+    @classmethod
+    def drop(cls, url: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        roles = [cls.owner, cls.app]
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
+                (roles,),
+            )
+            for role in roles:
+                conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+            for role in roles:
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@contextmanager
+def _rls_schema() -> Iterator[tuple[str, str]]:
+    """A schema set up with row-level security by its owner; the app role's URL and it."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from langgraph_durable.postgres import PostgresSaver
+    from langgraph_durable.postgres._rls import app_role_grants
+
+    url = _postgres_url()
+    owner, app = _RlsRoles.ensure(url)
+    schema = _new_schema()
+    owner_url = make_conninfo(url, user=owner)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(
+                sql.Identifier(schema), sql.Identifier(owner)
+            )
+        )
+    try:
+        with PostgresSaver.from_conn_string(
+            owner_url, schema=schema, row_level_security=True, pool_size=1
+        ) as saver:
+            saver.setup()
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            for statement in app_role_grants(schema, app, owner):
+                conn.execute(statement)  # type: ignore[arg-type]
+        yield make_conninfo(url, user=app), schema
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def durable_pg_rls() -> Iterator[Any]:
+    from langgraph_durable.postgres import PostgresSaver
+
+    with _rls_schema() as (app_url, schema):
+        with PostgresSaver.from_conn_string(
+            app_url, schema=schema, row_level_security=True
+        ) as saver:
+            _apply_strict_msgpack(saver)
+            yield saver
 
 
 def _encryption() -> Any:
@@ -272,6 +364,7 @@ SYNC_FACTORIES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "durable_redis": durable_redis,
     "durable_dynamodb": durable_dynamodb,
     "durable_pg_enc": lambda: durable_pg(_encryption()),
+    "durable_pg_rls": durable_pg_rls,
     "upstream_pg": upstream_pg,
 }
 ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
@@ -291,6 +384,7 @@ SERVICE_OF: dict[str, str] = {
     "durable_dynamodb": "dynamodb",
     "durable_dynamodb_async": "dynamodb",
     "durable_pg_enc": "postgres",
+    "durable_pg_rls": "postgres",
     "durable_redis_enc_async": "redis",
     "durable_dynamodb_enc_async": "dynamodb",
     "upstream_pg": "postgres",

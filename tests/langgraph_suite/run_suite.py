@@ -26,6 +26,7 @@ Usage (from the repository root, with the project's virtualenv)::
     python tests/langgraph_suite/run_suite.py                      # all our savers
     python tests/langgraph_suite/run_suite.py --saver redis        # both Redis savers
     python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync PG saver only
+    python tests/langgraph_suite/run_suite.py --saver durable_pg_rls  # ... with row-level security
     python tests/langgraph_suite/run_suite.py --saver upstream     # stock savers (baseline)
     python tests/langgraph_suite/run_suite.py --files test_pregel.py --extra-k interrupt
     python tests/langgraph_suite/run_suite.py -- -x --lf           # after "--": to pytest
@@ -78,8 +79,9 @@ ALIASES = {
         "durable_pg_enc",
         "durable_redis_enc_async",
         "durable_dynamodb_enc_async",
+        "durable_pg_rls",
     ),
-    "postgres": ("durable_pg", "durable_pg_async", "durable_pg_enc"),
+    "postgres": ("durable_pg", "durable_pg_async", "durable_pg_enc", "durable_pg_rls"),
     "redis": ("durable_redis", "durable_redis_async", "durable_redis_enc_async"),
     "dynamodb": ("durable_dynamodb", "durable_dynamodb_async", "durable_dynamodb_enc_async"),
     "encrypted": ("durable_pg_enc", "durable_redis_enc_async", "durable_dynamodb_enc_async"),
@@ -544,7 +546,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="NAME",
         help="saver to run (repeatable): durable_pg, durable_pg_async, durable_redis, "
         "durable_redis_async, durable_dynamodb, durable_dynamodb_async, durable_pg_enc, "
-        "durable_redis_enc_async, durable_dynamodb_enc_async, upstream_pg, "
+        "durable_redis_enc_async, durable_dynamodb_enc_async, durable_pg_rls, upstream_pg, "
         "upstream_pg_async, or the groups 'durable' (default: all of ours), 'postgres', "
         "'redis', 'dynamodb', 'encrypted', 'upstream', 'all'",
     )
