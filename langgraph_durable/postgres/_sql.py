@@ -539,7 +539,9 @@ class PostgresOps:
         for deltas, their chains down to a full copy, each blob once however
         many checkpoints share it (consecutive checkpoints share all but their
         newest delta). ``keys`` collects them by following ``base`` links;
-        ``UNION`` stops at keys already found.
+        ``UNION`` stops at keys already found. Each blob is looked up by its
+        whole key (a LATERAL subquery with LIMIT 1, which the planner keeps as
+        a parameterized index probe).
         """
         same = (
             "b.tenant_id = %(tenant)s AND b.thread_id = k.thread_id "
@@ -559,8 +561,10 @@ class PostgresOps:
             "CROSS JOIN LATERAL unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
             "UNION "
             f"SELECT k.thread_id, k.checkpoint_ns, k.epoch, k.channel, b.base FROM keys k "
-            f"JOIN {blobs} b ON {same} WHERE b.base IS NOT NULL), "
-            f"pb AS (SELECT b.* FROM keys k JOIN {blobs} b ON {same}) "
+            f"CROSS JOIN LATERAL (SELECT b.base FROM {blobs} b WHERE {same} LIMIT 1) b "
+            "WHERE b.base IS NOT NULL), "
+            f"pb AS (SELECT b.* FROM keys k "
+            f"CROSS JOIN LATERAL (SELECT * FROM {blobs} b WHERE {same} LIMIT 1) b) "
             "SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, "
             "c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, "
             "c.blob_channels, c.blob_versions, "
@@ -587,17 +591,20 @@ class PostgresOps:
             # The referenced blobs (depth 0) and, for deltas, every blob of their
             # chains down to a full copy (depth > 0), in the same statement.
             ") AS c CROSS JOIN LATERAL ("
+            # Each blob is looked up by its whole key (LATERAL makes the key
+            # the index condition), so a chain costs one index probe a link.
             "WITH RECURSIVE chain AS ("
             "SELECT b.channel, b.version, b.type, b.blob, b.base, b.base_count, 0 AS depth "
             "FROM unnest(c.blob_channels, c.blob_versions) AS r(channel, version) "
-            f"JOIN {blobs} b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
-            f"AND b.checkpoint_ns = c.checkpoint_ns AND b.epoch = {epoch} "
-            "AND b.channel = r.channel AND b.version = r.version "
+            f"CROSS JOIN LATERAL (SELECT * FROM {blobs} b WHERE b.tenant_id = c.tenant_id "
+            f"AND b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns "
+            f"AND b.channel = r.channel AND b.version = r.version AND b.epoch = {epoch} LIMIT 1) b "
             "UNION ALL "
             "SELECT b.channel, b.version, b.type, b.blob, b.base, b.base_count, ch.depth + 1 "
-            f"FROM chain ch JOIN {blobs} b ON b.tenant_id = c.tenant_id "
-            f"AND b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns "
-            f"AND b.epoch = {epoch} AND b.channel = ch.channel AND b.version = ch.base "
+            f"FROM chain ch CROSS JOIN LATERAL (SELECT * FROM {blobs} b "
+            "WHERE b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id "
+            "AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = ch.channel "
+            f"AND b.version = ch.base AND b.epoch = {epoch} LIMIT 1) b "
             f"WHERE ch.base IS NOT NULL AND ch.depth < {MAX_CHAIN_READ}) "
             "SELECT array_agg(channel) AS channels, array_agg(version) AS versions, "
             "array_agg(type) AS types, array_agg(blob) AS blobs, array_agg(base) AS bases, "
