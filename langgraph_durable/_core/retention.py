@@ -47,9 +47,8 @@ __all__ = [
 #: lock instead, released by the server when the pruner's connection ends.
 LOCK_LEASE_SECONDS = 60.0
 #: How long a pruner rests after each batch, as a multiple of the batch's own
-#: time: 1.0 keeps it busy half the time, so a busy database's writers are
-#: slowed at most by one batch at a time (see docs/operations.md, "Sizing").
-DEFAULT_THROTTLE = 1.0
+#: time (0: flat out; 1.0 keeps it busy half the time). See docs/operations.md.
+DEFAULT_THROTTLE = 0.0
 #: The longest rest after one batch, whatever the batch took (seconds).
 MAX_REST_SECONDS = 10.0
 #: Threads a dry run lists by id (the counts cover all of them).

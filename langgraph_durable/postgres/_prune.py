@@ -305,7 +305,6 @@ def _forget_epoch(
     params = {**plan.params, "epoch": epoch}
     yield _q("BEGIN", (), "none")
     try:
-        yield _q("SET LOCAL synchronous_commit TO off", (), "none")
         row = yield _q(
             f"WITH locked AS (SELECT * FROM {s}.threads th WHERE th.epoch = %(epoch)s "
             "FOR UPDATE) "
@@ -415,14 +414,6 @@ _BATCH = (
 )
 
 
-#: A CTE that makes the statement's own commit asynchronous (``set_config`` with
-#: is_local: the setting ends with the transaction). The pruner's commits need
-#: not wait for their WAL to reach disk: a crash loses at most its last
-#: batches, which the next run deletes again, and each thread stays whole or
-#: gone. Writers' commits then wait behind less of the pruner's WAL.
-_ASYNC_COMMIT = "a AS (SELECT set_config('synchronous_commit', 'off', true))"
-
-
 def _delete_picked(
     ops: PostgresOps, plan: _Plan, pick: str, params: dict[str, Any], report: PruneReport
 ) -> Generator[Any, Any, tuple[int, tuple[str, str] | None]]:
@@ -447,13 +438,12 @@ def _delete_picked(
         f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
         "AND e.thread_id = t.thread_id), "
         "l AS (SELECT tenant_id, thread_id FROM p ORDER BY tenant_id DESC, thread_id DESC "
-        f"LIMIT 1), {_ASYNC_COMMIT} "
+        "LIMIT 1) "
         "SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM c), "
         "(SELECT coalesce(sum(n), 0) FROM c) + (SELECT coalesce(sum(n), 0) FROM b) "
         "+ (SELECT coalesce(sum(n), 0) FROM w), "
         "(SELECT array_agg(tenant_id) FROM t), (SELECT array_agg(thread_id) FROM t), "
-        "(SELECT count(*) FROM p), (SELECT tenant_id FROM l), (SELECT thread_id FROM l), "
-        "(SELECT count(*) FROM a)",
+        "(SELECT count(*) FROM p), (SELECT tenant_id FROM l), (SELECT thread_id FROM l)",
         params,
     )
     for tenant, thread in zip(row[3] or [], row[4] or [], strict=True):
