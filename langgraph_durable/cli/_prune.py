@@ -72,8 +72,8 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--throttle",
         type=float,
-        help="after each batch, rest this many times as long as the batch took, so live "
-        "writers keep their latency (default 1: busy half the time; 0: flat out)",
+        help="after each batch, rest this many times as long as the batch took "
+        "(default 0: flat out; 1: busy half the time)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON summary line")
     parser.set_defaults(handler=run_prune)
