@@ -1503,19 +1503,8 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
             bases[(channel, version)] = value
         else:
             blobs.append((channel, version, value))
-    writes = list(
-        zip(
-            w_tasks or [],
-            w_paths or [],
-            w_idxs or [],
-            w_channels or [],
-            _sealed_list(w_types, w_blobs),
-            strict=True,
-        )
-    )
-    sends = list(
-        zip(s_tasks or [], s_paths or [], s_idxs or [], _sealed_list(s_types, s_blobs), strict=True)
-    )
+    writes = _writes((w_tasks, w_paths, w_idxs, w_channels, w_types, w_blobs))
+    sends = _sends((s_tasks, s_paths, s_idxs, s_types, s_blobs))
     return StoredCheckpoint(
         thread=thread,
         ns=ns,
@@ -1525,7 +1514,7 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
         metadata=Sealed(m_type, bytes(m_data)),
         blobs=blobs,
         bases=bases,
-        writes=cast("list[tuple[str, str, int, str, Sealed]]", writes),
-        parent_sends=cast("list[tuple[str, str, int, Sealed]]", sends),
+        writes=writes,
+        parent_sends=sends,
         metadata_index=metadata_index,
     )
