@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             k: v
             for k, v in vars(args).items()
-            if k not in ("url", "redis_url", "dynamodb_endpoint")
+            if k not in ("url", "redis_url", "dynamodb_endpoint", "out", "chart")
         }
         | {"history_turns": hist_turns},
         "savers": {
@@ -591,7 +591,6 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment([backends[b] for b in args.backends]) | {"loadavg": load},
         "skipped": skipped,
         "note": args.note,
-        "package_dir": str(HERE.parent),
         "results": results,
     }
     doc["verdicts"] = verdicts(doc)
