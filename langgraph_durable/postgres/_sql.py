@@ -570,16 +570,7 @@ class PostgresOps:
             "c.blob_channels, c.blob_versions, "
             "wr.task_ids, wr.task_paths, wr.idxs, wr.channels, wr.types, wr.blobs, "
             "ps.task_ids, ps.task_paths, ps.idxs, ps.types, ps.blobs, c.metadata_index, "
-            f"{page} FROM c "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
-            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
-            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
-            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            "AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = c.epoch "
-            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps"
-            + c_order
+            f"{page} FROM c " + _writes_joins(writes, "c.epoch") + c_order
         )
 
     def _known_tail(self, epoch: int) -> str:
@@ -610,15 +601,8 @@ class PostgresOps:
             "array_agg(type) AS types, array_agg(blob) AS blobs, array_agg(base) AS bases, "
             "array_agg(base_count) AS base_counts, array_agg(depth) AS depths "
             "FROM chain) AS bl "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
-            "WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
-            "AND w.checkpoint_id = c.checkpoint_id) AS wr "
-            f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
-            "WHERE c.v < 4 AND w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
-            f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch} "
-            f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps "
-            "ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+            + _writes_joins(writes, epoch)
+            + " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
         )
 
     # ---- setup ---------------------------------------------------------------
@@ -1367,6 +1351,21 @@ def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> l
     return [
         None if b is None else Sealed(t, bytes(b)) for t, b in zip(types, blobs or [], strict=True)
     ]
+
+
+def _writes_joins(writes: str, epoch: str) -> str:
+    """Joins a checkpoint row ``c`` to its pending writes (``wr``) and, for formats
+    before 4, its parent's pending sends (``ps``), each as arrays."""
+    same = (
+        "w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id "
+        f"AND w.checkpoint_ns = c.checkpoint_ns AND w.epoch = {epoch}"
+    )
+    return (
+        f" CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w "
+        f"WHERE {same} AND w.checkpoint_id = c.checkpoint_id) AS wr "
+        f"CROSS JOIN LATERAL (SELECT {_W_ARRAYS} FROM {writes} w WHERE c.v < 4 AND {same} "
+        f"AND w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '{TASKS}') AS ps"
+    )
 
 
 #: The columns of a listing page's blobs, which its first row carries (``_list_sql``).
