@@ -166,6 +166,10 @@ def write_thread(saver: Any, i: int, per_thread: int, writes: bool) -> int:
 def open_saver(job: dict[str, Any]) -> Iterator[Any]:
     """A saver on ``job``'s place, without ``setup()`` (run once, by the parent)."""
     kind = job["kind"]
+    # ours with the hash chain on (benchmarks/verify.py): the chain key in hex
+    chained: dict[str, Any] = {}
+    if job.get("integrity"):
+        chained["integrity"] = bytes.fromhex(job["integrity"])
     if kind in ("ours", "upstream"):
         from psycopg_pool import ConnectionPool
 
@@ -180,7 +184,7 @@ def open_saver(job: dict[str, Any]) -> Iterator[Any]:
             if kind == "ours":
                 from langgraph_durable.postgres import PostgresSaver
 
-                yield PostgresSaver(pool, schema=job["place"], partition_days=1)
+                yield PostgresSaver(pool, schema=job["place"], partition_days=1, **chained)
             else:
                 from langgraph.checkpoint.postgres import PostgresSaver as UpstreamSaver
 
@@ -194,7 +198,7 @@ def open_saver(job: dict[str, Any]) -> Iterator[Any]:
 
         client = redis.Redis.from_url(job["url"])
         try:
-            yield RedisSaver(client, prefix=job["place"])
+            yield RedisSaver(client, prefix=job["place"], **chained)
         finally:
             client.close()
     elif kind == "dynamodb":
@@ -212,7 +216,7 @@ def open_saver(job: dict[str, Any]) -> Iterator[Any]:
             endpoint_url=job["url"],
             config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),
         )
-        saver = DynamoDBSaver(client, table=job["place"])
+        saver = DynamoDBSaver(client, table=job["place"], **chained)
         try:
             yield saver
         finally:

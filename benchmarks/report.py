@@ -5,7 +5,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from savers import ENCRYPTED, ENCRYPTION_PAIRS, PAIRS, REDACTED, REDACTION_PAIRS, SPECS
+from savers import (
+    ENCRYPTED,
+    ENCRYPTION_PAIRS,
+    INTEGRITY_PAIRS,
+    PAIRS,
+    REDACTED,
+    REDACTION_PAIRS,
+    RLS_PAIRS,
+    SPECS,
+)
 
 COLORS = {
     "ours": "#1f77b4",
@@ -151,7 +160,7 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
     per-round throughput ratios (same round, back to back) and their median are kept too.
     """
     out: dict[str, Any] = {}
-    for ours, up in PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS:
+    for ours, up in PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS + INTEGRITY_PAIRS + RLS_PAIRS:
         if ours not in summary or up not in summary:
             continue
         pair: dict[str, Any] = {}
@@ -177,6 +186,8 @@ def ratio_lines(rat: dict[str, Any]) -> list[str]:
     lines = []
     twins = {f"{t} vs {p}": ("encrypted", "encryption") for t, p in ENCRYPTION_PAIRS}
     twins |= {f"{t} vs {p}": ("redacted", "redaction") for t, p in REDACTION_PAIRS}
+    twins |= {f"{t} vs {p}": ("chained", "the hash chain") for t, p in INTEGRITY_PAIRS}
+    twins |= {f"{t} vs {p}": ("with RLS", "row-level security") for t, p in RLS_PAIRS}
     for pair, vals in rat.items():
         digits = 3 if pair in twins else 2
         parts = [f"{k} {v:.{digits}f}x" for k, v in vals.items() if isinstance(v, float)]

@@ -27,6 +27,7 @@ class SaverSpec:
     encrypted: bool = False  # ours with encryption= (a LocalKeyring): see encryption()
     redacted: bool = False  # ours with redaction=Redaction(): every built-in detector, mask
     rls: bool = False  # ours (PostgreSQL) with RLS on, as an app role: see rls_app_url
+    integrity: bool = False  # ours with integrity= (record tags and the hash chain)
 
     def kwargs(self) -> dict[str, Any]:
         """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
@@ -34,11 +35,17 @@ class SaverSpec:
         out: dict[str, Any] = {"encryption": encryption()} if self.encrypted else {}
         if self.rls:
             out["row_level_security"] = True
+        if self.integrity:
+            out["integrity"] = _CHAIN_KEY
         if self.redacted:
             from langgraph_durable.protect import Redaction
 
             out["redaction"] = Redaction()
         return out
+
+
+# The chain key of the integrity twins (fresh per run).
+_CHAIN_KEY = os.urandom(32)
 
 
 def encryption() -> Any:
@@ -86,7 +93,11 @@ SPECS: dict[str, SaverSpec] = {
 
 def _twins(suffix: str, flag: str) -> dict[str, str]:
     """Give each of ours a twin "<name>-<suffix>" with ``flag`` set; returns name -> twin."""
-    plain = [n for n, s in SPECS.items() if s.kind == "ours" and not (s.encrypted or s.redacted)]
+    plain = [
+        n
+        for n, s in SPECS.items()
+        if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity)
+    ]
     twins = {n: f"{n}-{suffix}" for n in plain}
     SPECS.update(
         {
@@ -101,6 +112,8 @@ def _twins(suffix: str, flag: str) -> dict[str, str]:
 # and a redacted one, "<name>-red" ("ours-async" -> "ours-async-red").
 ENCRYPTED: dict[str, str] = _twins("enc", "encrypted")
 REDACTED: dict[str, str] = _twins("red", "redacted")
+# ... and a twin with the hash chain on, "<name>-int" ("ours" -> "ours-int").
+INTEGRITY: dict[str, str] = _twins("int", "integrity")
 
 # Our PostgreSQL savers with row-level security on, connected as an application role that
 # owns nothing (docs/security.md): "ours-rls", "ours-async-rls".
@@ -128,6 +141,8 @@ REDACTION_PAIRS: list[tuple[str, str]] = [(red, plain) for plain, red in REDACTE
 
 # Each saver with row-level security next to its twin without (ratios are RLS / plain).
 RLS_PAIRS: list[tuple[str, str]] = [(rls, plain) for plain, rls in RLS.items()]
+# Each saver with integrity= next to its twin without (ratios are chained / plain).
+INTEGRITY_PAIRS: list[tuple[str, str]] = [(t, plain) for plain, t in INTEGRITY.items()]
 
 # What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
 DEFAULT_SAVERS: dict[str, str] = {

@@ -45,9 +45,14 @@ from ._core.retention import (
     check_retention,
     resolve_retention,
 )
-from ._core.sansio import Operation, Sleep, collect_emits, select_emits
+from ._core.sansio import Emit, Operation, Sleep, collect_emits, select_emits
 from ._core.versions import next_version
-from .errors import ConfigurationError, DecryptionError, InvalidInputError
+from .errors import (
+    CheckpointConflictError,
+    ConfigurationError,
+    DecryptionError,
+    InvalidInputError,
+)
 from .protect.keys import KeyManager, KeyMissing
 from .protect.pipeline import IdentityPipeline
 
@@ -105,6 +110,12 @@ def _setting(value: Any, kind: type, name: str) -> Any:
     return value
 
 
+#: How long a put waits for its parent's pending writes still being written, and how often
+#: it looks (the hash chain covers the writes a child's put knows of).
+_WRITES_WAIT = 1.0
+_WRITES_POLL = 0.001
+
+
 def _next_need(missing: KeyMissing, need: frozenset[int], attempt: int) -> frozenset[int]:
     if attempt >= _KEY_ATTEMPTS or (missing.version is not None and missing.version in need):
         raise DecryptionError(
@@ -136,9 +147,13 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
+        integrity: Any = None,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
         self.retention = check_retention(retention)
+        from .protect.integrity import resolve_integrity
+
+        self.integrity = resolve_integrity(integrity)
         from .protect.encryption import Encryption
         from .protect.redaction import Redaction
 
@@ -185,6 +200,11 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
 
             # redact -> serialize -> encrypt: redaction wraps the rest of the pipeline
             self.pipeline = RedactionPipeline(self.pipeline, self.redaction)  # type: ignore[assignment]
+        if self.integrity is not None:
+            from .protect.integrity import IntegrityPipeline
+
+            # ... -> encrypt -> tag: the tag covers the bytes as stored
+            self.pipeline = IntegrityPipeline(self.pipeline, self.integrity)  # type: ignore[assignment]
         self._ops = self._make_ops(CheckpointCodec(self.pipeline, self._delta_chain()))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:
@@ -388,14 +408,37 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> Operation[Any]:
         key = self._key(config)
-        return self._keyed(
-            _Call(
-                key.tenant,
-                lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
-                write=True,
-                opens=False,
+        parent = config["configurable"].get("checkpoint_id")
+        codec: CheckpointCodec = self._ops.codec
+        cache = codec.chain_cache
+        if cache is None:
+            return self._keyed(
+                _Call(
+                    key.tenant,
+                    lambda: self._ops.put(key, config, checkpoint, metadata, new_versions),
+                    write=True,
+                    opens=False,
+                )
             )
-        )
+
+        def make() -> Operation[Any]:
+            # The hash chain needs the parent's digest (read the parent when this
+            # process has not seen it) and the parent's pending writes (wait, a
+            # bounded time, for those this process is still writing).
+            def steps() -> Generator[Any, Any, Any]:
+                scope = (key.tenant, key.thread, key.ns)
+                waited = 0.0
+                while parent and cache.writes_pending(scope, parent) and waited < _WRITES_WAIT:
+                    yield Sleep(_WRITES_POLL)
+                    waited += _WRITES_POLL
+                if codec.chain_needs_parent(key, parent):
+                    yield from self._ops.get_tuple(key, parent).steps
+                put = self._ops.put(key, config, checkpoint, metadata, new_versions)
+                return (yield from put.steps)
+
+            return Operation(steps())
+
+        return self._keyed(_Call(key.tenant, make, write=True))
 
     def _put_writes_op(
         self,
@@ -411,16 +454,34 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint "
                 "the writes belong to)"
             )
-        return self._keyed(
-            _Call(
-                key.tenant,
-                lambda: self._ops.put_writes(
-                    key, str(checkpoint_id), writes, str(task_id), task_path or ""
-                ),
-                write=True,
-                opens=False,
-            )
-        )
+        codec: CheckpointCodec = self._ops.codec
+        cache = codec.chain_cache
+        scope = (key.tenant, key.thread, key.ns)
+        cid = str(checkpoint_id)
+
+        def make() -> Operation[Any]:
+            op = self._ops.put_writes(key, cid, writes, str(task_id), task_path or "")
+            if cache is None:
+                return op  # type: ignore[no-any-return]
+
+            def steps() -> Generator[Any, Any, Any]:
+                try:
+                    result = yield from op.steps
+                    codec.wrote(key, cid, writes, str(task_id))
+                    return result
+                finally:
+                    cache.writes_end(scope, cid)
+
+            return Operation(steps())
+
+        if cache is None:
+            return self._keyed(_Call(key.tenant, make, write=True, opens=False))
+        cache.writes_begin(scope, cid)  # at the call: a child's put may start before us
+        try:
+            return self._keyed(_Call(key.tenant, make, write=True, opens=False))
+        except BaseException:
+            cache.writes_end(scope, cid)
+            raise
 
     def _get_op(self, config: RunnableConfig) -> Operation[Any]:
         key = self._key(config)
@@ -585,7 +646,12 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 put_config["configurable"]["checkpoint_id"] = parent
             checkpoint = tup.checkpoint
             versions = dict(checkpoint.get("channel_versions") or {})
-            yield from self._ops.put(key, put_config, checkpoint, tup.metadata, versions).steps
+            try:
+                yield from self._ops.put(key, put_config, checkpoint, tup.metadata, versions).steps
+            except CheckpointConflictError:
+                # stored already (an earlier copy; sealed with another nonce):
+                # the target keeps its checkpoint, as the plain copy does
+                pass
             groups: dict[tuple[str, str, bool], list[tuple[int, str, Any]]] = {}
             for write in tup.pending_writes or ():
                 task_id, channel, value = write
@@ -594,13 +660,11 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 groups.setdefault((task_id, path, idx < 0), []).append((idx, channel, value))
             for (task_id, path, _special), items in groups.items():
                 items.sort(key=lambda item: item[0])
+                batch = [(channel, value) for _idx, channel, value in items]
                 yield from self._ops.put_writes(
-                    key,
-                    conf["checkpoint_id"],
-                    [(channel, value) for _idx, channel, value in items],
-                    task_id,
-                    path,
+                    key, conf["checkpoint_id"], batch, task_id, path
                 ).steps
+                self._ops.codec.wrote(key, conf["checkpoint_id"], batch, task_id)
         yield from self._reseal_effects(tenant, source, target)
         return None
 
@@ -629,6 +693,88 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
             )
             yield from self._ops.effect_restore(tenant, target, copy).steps
         return None
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` checked and what it found.
+
+    Attributes:
+        threads: Threads checked.
+        checkpoints: Checkpoints checked.
+        broken: Broken links found (each also reported to ``on_broken``).
+        seconds: How long it took.
+    """
+
+    threads: int = 0
+    checkpoints: int = 0
+    broken: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.broken == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "threads": self.threads,
+            "checkpoints": self.checkpoints,
+            "broken": self.broken,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _verify_steps(
+    saver: DurableSaverBase, tenant_id: str | None, thread_id: str | None, page: int
+) -> Generator[Any, Any, VerifyReport]:
+    """Check every chain (or one tenant's, or one thread's); emit Broken and progress."""
+    from ._core.audit import AuditCodec, check_thread
+
+    chain = saver.integrity
+    if chain is None:
+        raise ConfigurationError(
+            "verify needs the chain key: pass integrity= to the saver (or set LGD_INTEGRITY_KEY)"
+        )
+    ops = saver._make_ops(AuditCodec(chain))
+    report = VerifyReport()
+    started = time.monotonic()
+
+    def one(tenant: str, thread: str) -> Generator[Any, Any, None]:
+        listing = ops.list(tenant, thread, None, None, None, None, None, False)
+        entries = yield from collect_emits(listing.steps)
+        report.threads += 1
+        report.checkpoints += len(entries)
+        for broken in check_thread(chain, entries):
+            report.broken += 1
+            yield Emit(broken)
+        report.seconds = time.monotonic() - started
+        yield Emit(report)
+
+    if thread_id is not None:
+        yield from one(tenant_id or saver.default_tenant, thread_id)
+    else:
+        cursor: Any = None
+        while True:
+            threads, cursor = yield from saver._ops.thread_page(tenant_id, cursor, page).steps
+            for tenant, thread in threads:
+                yield from one(tenant, thread)
+            if cursor is None:
+                break
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _verify_item(
+    item: Any,
+    on_broken: Callable[[Any], None] | None,
+    progress: Callable[[VerifyReport], None] | None,
+) -> None:
+    if isinstance(item, VerifyReport):
+        if progress is not None:
+            progress(item)
+    elif on_broken is not None:
+        on_broken(item)
 
 
 def _collect_report(
@@ -765,6 +911,41 @@ class SyncSaverMethods(DurableSaverBase):
         )
         return _collect_report(self._iterate(op), progress)
 
+    def verify(
+        self,
+        *,
+        tenant_id: str | None = None,
+        thread_id: str | None = None,
+        on_broken: Callable[[Any], None] | None = None,
+        progress: Callable[[VerifyReport], None] | None = None,
+        page: int = 200,
+    ) -> VerifyReport:
+        """Check the hash chain of stored threads (needs ``integrity=``).
+
+        Every record's tag and every checkpoint's link to its parent (or to
+        the tombstone a trim left) is checked, thread by thread, so memory
+        stays bounded by the largest thread. No payload is decrypted.
+
+        Args:
+            tenant_id: Only this tenant (default: every tenant).
+            thread_id: Only this thread (of ``tenant_id``, or the default tenant).
+            on_broken: Called with each broken link
+                (``langgraph_durable._core.audit.Broken``: tenant, thread, ns,
+                checkpoint_id, reason).
+            progress: Called with the running report after each thread.
+            page: Threads read per page while walking the store.
+
+        Returns:
+            The counts; ``report.ok`` is False when a link is broken.
+        """
+        op = Operation(_verify_steps(self, tenant_id, thread_id, page))
+        report = VerifyReport()
+        for item in self._iterate(op):
+            _verify_item(item, on_broken, progress)
+            if isinstance(item, VerifyReport):
+                report = item
+        return report
+
 
 class AsyncSaverMethods(DurableSaverBase):
     """The public async methods, for a saver that defines ``_arun`` and ``_aiterate``.
@@ -876,6 +1057,24 @@ class AsyncSaverMethods(DurableSaverBase):
             elif progress is not None:
                 progress(item)
         return _final(report)
+
+    async def averify(
+        self,
+        *,
+        tenant_id: str | None = None,
+        thread_id: str | None = None,
+        on_broken: Callable[[Any], None] | None = None,
+        progress: Callable[[VerifyReport], None] | None = None,
+        page: int = 200,
+    ) -> VerifyReport:
+        """Async :meth:`SyncSaverMethods.verify` (same arguments and result)."""
+        op = Operation(_verify_steps(self, tenant_id, thread_id, page))
+        report = VerifyReport()
+        async for item in self._aiterate(op):
+            _verify_item(item, on_broken, progress)
+            if isinstance(item, VerifyReport):
+                report = item
+        return report
 
     # ---- sync access from other threads --------------------------------------
 

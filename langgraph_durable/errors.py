@@ -8,6 +8,8 @@ without importing psycopg, redis or botocore.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "DurableError",
     "ConfigurationError",
@@ -16,7 +18,9 @@ __all__ = [
     "StorageUnavailableError",
     "SchemaError",
     "MissingPartitionError",
+    "CheckpointConflictError",
     "CorruptRecordError",
+    "IntegrityError",
     "UnsupportedOperationError",
     "DecryptionError",
     "KeyringError",
@@ -59,8 +63,45 @@ class MissingPartitionError(SchemaError):
     """A row was written for a time bucket whose partition does not exist yet."""
 
 
+class CheckpointConflictError(StorageError):
+    """A ``put`` named a checkpoint that is stored already with other content.
+
+    Checkpoints are append-only: a checkpoint id, once stored for a (tenant,
+    thread, namespace), is never overwritten. Putting it again with the same
+    stored bytes (body and metadata) is an idempotent retry and succeeds
+    without writing; any difference raises this error and nothing is written.
+
+    Attributes:
+        tenant: Tenant id.
+        thread_id: Thread id.
+        checkpoint_ns: Checkpoint namespace.
+        checkpoint_id: The checkpoint id that is stored already.
+    """
+
+    def __init__(self, tenant: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        super().__init__(
+            f"checkpoint {checkpoint_id!r} of thread {thread_id!r} (tenant {tenant!r}, "
+            f"namespace {checkpoint_ns!r}) is stored already with other content; checkpoints "
+            "are append-only: write a new checkpoint id instead of replacing a stored one"
+        )
+        self.tenant = tenant
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.tenant, self.thread_id, self.checkpoint_ns, self.checkpoint_id),
+        )
+
+
 class CorruptRecordError(StorageError):
     """A stored record could not be decoded or failed verification."""
+
+
+class IntegrityError(CorruptRecordError):
+    """A stored record's integrity tag or chain link does not hold (altered, moved or forged)."""
 
 
 class UnsupportedOperationError(DurableError, NotImplementedError):

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from ..errors import CorruptRecordError, InvalidInputError
+from .chain import TAG_SIZE, ChainBlock, ChainCache, ChainKey, split_block
 from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written
 from .records import (
     BlobDelta,
@@ -244,6 +245,10 @@ class CheckpointCodec:
     def __init__(self, pipeline: RecordPipeline, delta_chain: int = 0) -> None:
         self.pipeline = pipeline
         self.deltas = DeltaTracker(delta_chain) if delta_chain > 0 else None
+        chain = getattr(pipeline, "chain", None)
+        # the hash chain (``integrity=``): the chain key and what is known of parents
+        self.chain: ChainKey | None = chain if isinstance(chain, ChainKey) else None
+        self.chain_cache = ChainCache() if self.chain is not None else None
 
     # ---- writing -------------------------------------------------------------
 
@@ -298,7 +303,9 @@ class CheckpointCodec:
                 plan = self.deltas.plan(scope, ch, str(ver), value, serialized)
                 written = plan.written
                 if plan.base is not None and allow_delta:
-                    tail = self.pipeline.seal(identity, value[plan.prefix :])
+                    tail = self.pipeline.seal(
+                        delta_identity(identity, plan.base, plan.prefix), value[plan.prefix :]
+                    )
                     blobs.append(BlobRecord(ch, str(ver), tail, plan.base, plan.prefix))
                     tracked.append((ch, written))
                     continue
@@ -314,6 +321,29 @@ class CheckpointCodec:
             blobs.append(BlobRecord(ch, str(ver), self.pipeline.seal(identity, value)))
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
         run_id = full_metadata.get("run_id")
+        sealed_body = self.pipeline.seal(self._body_identity(key, checkpoint_id), body)
+        sealed_metadata = self.pipeline.seal(
+            self._metadata_identity(key, checkpoint_id), full_metadata
+        )
+        digest = None
+        if self.chain is not None and self.chain_cache is not None:
+            known = self.chain_cache.get(scope, parent_id) if parent_id else None
+            covers = known[1] if known is not None else ()
+            digest = self.chain.link(
+                key.tenant,
+                key.thread,
+                key.ns,
+                checkpoint_id,
+                parent_id,
+                known[0] if known is not None else None,
+                sealed_body.data[-TAG_SIZE:],
+                sealed_metadata.data[-TAG_SIZE:],
+                blob_refs,
+                covers,
+            )
+            sealed_body = Sealed(
+                sealed_body.type, sealed_body.data + ChainBlock(digest, covers).encode()
+            )
         return CheckpointRecord(
             tenant=key.tenant,
             thread=key.thread,
@@ -326,10 +356,11 @@ class CheckpointCodec:
             metadata_index=self.pipeline.metadata_index(
                 self._metadata_identity(key, checkpoint_id), dict(full_metadata)
             ),
-            body=self.pipeline.seal(self._body_identity(key, checkpoint_id), body),
-            metadata=self.pipeline.seal(self._metadata_identity(key, checkpoint_id), full_metadata),
+            body=sealed_body,
+            metadata=sealed_metadata,
             blobs=blobs,
             tracked=tracked,
+            digest=digest,
         )
 
     def list_memo(self) -> ListMemo:
@@ -346,9 +377,11 @@ class CheckpointCodec:
                 existed may hold another value: it is not a base for deltas);
                 None when all were created.
         """
+        scope = (rec.tenant, rec.thread, rec.ns)
+        if self.chain_cache is not None and rec.digest is not None:
+            self.chain_cache.put(scope, rec.checkpoint_id, rec.digest)
         if self.deltas is None:
             return
-        scope = (rec.tenant, rec.thread, rec.ns)
         fresh = None if created is None else set(created)
         for channel, written in rec.tracked:
             if fresh is None or channel in fresh:
@@ -360,6 +393,23 @@ class CheckpointCodec:
         """Forget delta bases of a thread (it was deleted, pruned or a write failed)."""
         if self.deltas is not None:
             self.deltas.forget(lambda scope: scope[:2] == (tenant, thread))  # type: ignore[index]
+        if self.chain_cache is not None:
+            self.chain_cache.forget(tenant, thread)
+
+    def chain_needs_parent(self, key: ThreadKey, parent_id: str | None) -> bool:
+        """Whether ``put`` under ``parent_id`` must read the parent first (its digest)."""
+        if self.chain_cache is None or not parent_id:
+            return False
+        return self.chain_cache.get((key.tenant, key.thread, key.ns), parent_id) is None
+
+    def wrote(
+        self, key: ThreadKey, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str
+    ) -> None:
+        """Tell the chain that writes of ``checkpoint_id`` are stored (the next put covers them)."""
+        if self.chain_cache is None:
+            return
+        keys = [(task_id, WRITES_IDX_MAP.get(ch, i)) for i, (ch, _v) in enumerate(writes)]
+        self.chain_cache.add_writes((key.tenant, key.thread, key.ns), checkpoint_id, keys)
 
     def encode_writes(
         self,
@@ -419,7 +469,17 @@ class CheckpointCodec:
         """
         tenant, ns, thread = key.tenant, stored.ns, stored.thread
         pkey = ThreadKey(tenant, thread, ns, key.echo_tenant)
-        body = self.pipeline.open(self._body_identity(pkey, stored.checkpoint_id), stored.body)
+        sealed_body = stored.body
+        if self.chain_cache is not None:
+            sealed_body, block = split_block(sealed_body)
+            if block is not None:
+                self.chain_cache.put(
+                    (tenant, thread, ns),
+                    stored.checkpoint_id,
+                    block.digest,
+                    [(w[0], w[2]) for w in stored.writes],
+                )
+        body = self.pipeline.open(self._body_identity(pkey, stored.checkpoint_id), sealed_body)
         if not isinstance(body, dict) or "channel_values" not in body:
             raise CorruptRecordError(
                 f"checkpoint {stored.checkpoint_id} of thread {thread!r} has no channel values"
@@ -529,7 +589,7 @@ class CheckpointCodec:
                     f"channel {channel!r} version {ver} of thread {thread!r} extends "
                     f"{step.prefix} items but its base has {len(items)}"
                 )
-            tail = self._open_blob(key, stored, channel, ver, step.tail)
+            tail = self._open_blob(key, stored, channel, ver, step.tail, step)
             if not isinstance(tail, list):
                 raise CorruptRecordError(
                     f"channel {channel!r} version {ver} of thread {thread!r}: a delta's "
@@ -545,15 +605,16 @@ class CheckpointCodec:
         channel: str,
         version: str,
         sealed: Sealed | BlobDelta | None,
+        delta: BlobDelta | None = None,
     ) -> Any:
         if sealed is None or isinstance(sealed, BlobDelta) or sealed.type == "empty":
             return None
-        return self.pipeline.open(
-            RecordIdentity(
-                key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version, channel
-            ),
-            sealed,
+        identity = RecordIdentity(
+            key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version, channel
         )
+        if delta is not None:
+            identity = delta_identity(identity, delta.base, delta.prefix)
+        return self.pipeline.open(identity, sealed)
 
     def _migrate_pending_sends(
         self, key: ThreadKey, stored: StoredCheckpoint, body: dict[str, Any]
@@ -601,6 +662,21 @@ class CheckpointCodec:
     @staticmethod
     def _metadata_identity(key: ThreadKey, checkpoint_id: str) -> RecordIdentity:
         return RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.METADATA, checkpoint_id)
+
+
+def delta_identity(identity: RecordIdentity, base: str, prefix: int) -> RecordIdentity:
+    """The identity a delta's items are sealed under: it also binds the base and prefix."""
+    return RecordIdentity(
+        identity.tenant,
+        identity.thread,
+        identity.ns,
+        identity.kind,
+        identity.checkpoint_id,
+        identity.key,
+        identity.version,
+        identity.channel,
+        f"delta:{base}:{prefix}",
+    )
 
 
 def tenant_from_config(config: Mapping[str, Any] | None) -> str | None:

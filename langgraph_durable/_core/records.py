@@ -43,6 +43,8 @@ class RecordIdentity:
         channel: The channel the value belongs to (blobs and writes), for
             per-channel redaction rules; not part of what encryption binds
             (the other fields already name the record).
+        extra: Clear fields stored beside the payload that the integrity tag
+            also binds (a delta's base version and prefix length).
     """
 
     tenant: str
@@ -53,6 +55,7 @@ class RecordIdentity:
     key: str = ""
     version: str = ""
     channel: str = ""
+    extra: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,8 @@ class CheckpointRecord:
         blobs: Blobs to write (only channels in ``new_versions``).
         tracked: (channel, what was written) of list blobs, for the codec's
             delta tracker once the write succeeded (``CheckpointCodec.written``).
+        digest: The checkpoint's chain digest when the saver has ``integrity=``
+            (also stored in the body's chain block).
     """
 
     tenant: str
@@ -130,6 +135,7 @@ class CheckpointRecord:
     metadata: Sealed
     blobs: list[BlobRecord] = field(default_factory=list)
     tracked: list[tuple[str, Any]] = field(default_factory=list)
+    digest: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

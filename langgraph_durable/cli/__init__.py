@@ -9,6 +9,8 @@ Subcommands:
 * ``shred``: crypto-shred a tenant by deleting its data keys.
 * ``prune``: delete or trim expired threads (retention, from cron); exit 3 when its
   time budget ran out with work left, 1 when the store failed.
+* ``verify``: check the hash chain of stored history (``integrity=``); exit 1 when a
+  link is broken.
 
 Importing this package imports no database driver and no LangGraph; each command imports what
 it needs when it runs. Errors the user can act on (bad options, an unreachable database) are
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from langgraph_durable import __version__
-from langgraph_durable.cli import _demo, _keys, _prune, _setup
+from langgraph_durable.cli import _demo, _keys, _prune, _setup, _verify
 from langgraph_durable.cli._common import CommandError, one_line
 from langgraph_durable.errors import DurableError
 
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _setup.add_parser(subparsers)
     _keys.add_parsers(subparsers)
     _prune.add_parser(subparsers)
+    _verify.add_parser(subparsers)
     return parser
 
 

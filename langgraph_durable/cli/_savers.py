@@ -203,7 +203,9 @@ def encryption_required(command: str, env: Mapping[str, str] | None = None) -> E
 
 
 @contextmanager
-def open_saver(target: Target, encryption: Encryption | None) -> Iterator[Any]:
+def open_saver(
+    target: Target, encryption: Encryption | None, integrity: Any = None
+) -> Iterator[Any]:
     """Open the sync saver of ``target`` with ``encryption`` (or none); close it on exit.
 
     No migration or table creation is run: a missing schema or table is reported by
@@ -212,16 +214,26 @@ def open_saver(target: Target, encryption: Encryption | None) -> Iterator[Any]:
     Args:
         target: Where the saver's data is.
         encryption: The saver's encryption settings.
+        integrity: The chain key; default: ``LGD_INTEGRITY_KEY`` when it is set
+            (so a pruner's trim tombstones are signed).
 
     Yields:
         A ``PostgresSaver``, ``RedisSaver`` or ``DynamoDBSaver``.
     """
+    if integrity is None:
+        from langgraph_durable.protect.integrity import integrity_from_env
+
+        integrity = integrity_from_env()
     if target.backend == "postgres":
         from langgraph_durable.postgres import PostgresSaver
 
         with connect(target.url):  # fail fast, with the URL in the message, if unreachable
             pass
-        pg_options: dict[str, Any] = {"pool_size": 1, "encryption": encryption}
+        pg_options: dict[str, Any] = {
+            "pool_size": 1,
+            "encryption": encryption,
+            "integrity": integrity,
+        }
         if target.schema is not None:
             pg_options["schema"] = target.schema
         with PostgresSaver.from_conn_string(target.url, **pg_options) as saver:
@@ -229,7 +241,7 @@ def open_saver(target: Target, encryption: Encryption | None) -> Iterator[Any]:
     elif target.backend == "redis":
         from langgraph_durable.redis import RedisSaver
 
-        redis_options: dict[str, Any] = {"encryption": encryption}
+        redis_options: dict[str, Any] = {"encryption": encryption, "integrity": integrity}
         if target.prefix is not None:
             redis_options["prefix"] = target.prefix
         with RedisSaver.from_conn_string(target.url, **redis_options) as saver:
@@ -237,5 +249,7 @@ def open_saver(target: Target, encryption: Encryption | None) -> Iterator[Any]:
     else:
         from langgraph_durable.dynamodb import DynamoDBSaver
 
-        with DynamoDBSaver.from_conn_string(target.url, encryption=encryption) as saver:
+        with DynamoDBSaver.from_conn_string(
+            target.url, encryption=encryption, integrity=integrity
+        ) as saver:
             yield saver

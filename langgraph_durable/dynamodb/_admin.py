@@ -14,6 +14,7 @@ from .._core.retention import PruneRequest, Retention
 from .._core.sansio import Sleep, operation
 from ..errors import InvalidInputError, SchemaError, StorageError, StorageUnavailableError
 from ._calls import ConditionFailedError, TableInUseError, TableNotFoundError
+from ._chain import ChainOps
 from ._deltas import DELTA_ATTRIBUTES
 from ._effects import is_effect_sk
 from ._items import (
@@ -40,11 +41,12 @@ from ._items import (
 )
 from ._objects import OBJECT_ATTRIBUTES, object_keys_of, retarget
 from ._prune import Pruner, trim_plan
-from ._threads import Expiry, ThreadOps
+from ._threads import Expiry
 
 
-class AdminOps(ThreadOps):
-    """Setup, deletes, copies, pruning and the data keys of envelope encryption."""
+class AdminOps(ChainOps):
+    """Setup, deletes, copies, pruning and the data keys of envelope encryption
+    (and, from :class:`~._chain.ChainOps`, ``thread_page`` and trim tombstones)."""
 
     # ---- setup -------------------------------------------------------------------
 
@@ -301,7 +303,10 @@ class AdminOps(ThreadOps):
 
         ``keep_latest`` keeps each namespace's latest checkpoint and what it
         needs (:func:`trim_plan` with ``keep=1``: a DeltaChannel value's
-        ancestors included, so the thread still resumes).
+        ancestors included, so the thread still resumes). With ``integrity=``,
+        each kept checkpoint whose parent goes first gets a tombstone in its
+        body (:meth:`~._chain.ChainOps._tombstone_trim`: one more BatchGetItem
+        and one TransactWriteItems per thread), then the deletes follow.
         """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
@@ -319,6 +324,7 @@ class AdminOps(ThreadOps):
             pk = thread_pk(tenant, thread_id)
             items = yield from self._query_all(pk, None, (*projection, *OBJECT_ATTRIBUTES))
             doomed = trim_plan(items, 1)
+            yield from self._tombstone_trim(pk, items, doomed)
             yield from self._delete_keys(pk, [i["sk"]["S"] for i in doomed])
             yield from self._delete_objects([k for i in doomed for k in object_keys_of(i)])
         return None

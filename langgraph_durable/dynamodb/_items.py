@@ -441,6 +441,38 @@ def read_payload(
     return data
 
 
+def payload_matches(item: dict[str, Any], name: str, data: bytes) -> bool:
+    """Whether payload ``name`` of a stored item holds exactly ``data``.
+
+    Inline payloads are compared byte for byte; a payload in chunks or in S3
+    by the length and SHA-256 its item records (:func:`with_payloads`), so no
+    chunk or object is read. A payload the item lacks matches nothing.
+    """
+    inline = item.get(name)
+    if inline is not None:
+        return bytes(inline["B"]) == data
+    length, digest = _num(item, f"{name}_len"), _str(item, f"{name}_h")
+    if length is None or digest is None:
+        return False
+    return length == len(data) and digest == hashlib.sha256(data).hexdigest()
+
+
+def same_checkpoint(
+    item: dict[str, Any], body_type: str, body: bytes, metadata_type: str, metadata: bytes
+) -> bool:
+    """Whether a stored checkpoint (pointer) item holds this body and metadata.
+
+    Checkpoints are append-only: a put of a stored checkpoint id succeeds
+    without writing only when this holds (an idempotent retry).
+    """
+    return (
+        _str(item, "bt") == body_type
+        and _str(item, "mt") == metadata_type
+        and payload_matches(item, "b", body)
+        and payload_matches(item, "m", metadata)
+    )
+
+
 # ---- liveness ---------------------------------------------------------------------
 
 

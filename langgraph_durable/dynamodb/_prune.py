@@ -25,7 +25,8 @@ One run:
 4. deletes a thread by first making it unreadable in one conditional write
    (its head marked ``gone``, on condition no write came since the decision),
    then its items (pointers first), then its head; trims one to
-   :func:`trim_plan` (pointers first, payloads after).
+   :func:`trim_plan` (pointers first, payloads after), with ``integrity=``
+   after writing a tombstone into each kept checkpoint whose parent goes.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ from ._items import (
 from ._objects import object_keys_of, tenant_object_prefix
 
 if TYPE_CHECKING:
-    from ._threads import ThreadOps
+    from ._chain import ChainOps
 
 __all__ = ["Pruner", "trim_plan", "data_size"]
 
@@ -291,7 +292,7 @@ class Pruner:
 
     def __init__(
         self,
-        ops: ThreadOps,
+        ops: ChainOps,
         request: PruneRequest,
         policy: Callable[[str], Retention | None] | None,
     ) -> None:
@@ -659,6 +660,8 @@ class Pruner:
         self.report.trimmed += 1
         if not self.request.dry_run:
             self.ops._forget_thread(seen.tenant, seen.thread)
+            # with integrity=: tombstones in the survivors first (bodies read above)
+            yield from self.ops._tombstone_trim(seen.pk, items, doomed)
             yield from self.ops._delete_keys(seen.pk, [i["sk"]["S"] for i in doomed])
             yield from self.ops._delete_objects([k for i in doomed for k in object_keys_of(i)])
         return None

@@ -13,17 +13,20 @@ from typing import Any
 from .._core.codec import ThreadKey
 from .._core.records import CheckpointRecord
 from .._core.sansio import operation
-from ._calls import BaseMissingError
+from ..errors import CheckpointConflictError
+from ._calls import BaseMissingError, TransactionCanceledError
 from ._deltas import Chain, delta_attributes, refs_entry
 from ._items import (
     TRANSACTION_BYTES,
     TTL_ATTRIBUTE,
     N,
     S,
+    _is_live,
     action_size,
     blob_sk,
     chunk_count,
     pointer_sk,
+    same_checkpoint,
     thread_pk,
     with_payloads,
     write_sk,
@@ -70,6 +73,11 @@ class WriteOps(ThreadOps):
         base: when the base is gone (the thread was deleted or pruned meanwhile
         by another process) nothing is written, and the checkpoint is written
         again with full copies (one more call).
+
+        Append-only: the pointer is put only if its id is not stored. When it
+        is, the transaction writes nothing and one GetItem reads the stored
+        pointer: the same body and metadata make the put an idempotent retry,
+        others raise :class:`CheckpointConflictError`.
         """
         rec = self.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
         chains = self._delta_chains(key, rec)
@@ -184,15 +192,29 @@ class WriteOps(ThreadOps):
             payloads = {"b": rec.body.data, "m": rec.metadata.data}
             _offload_payloads(base, payloads, offloaded, pointer)
             item, chunks = with_payloads(base, payloads, stamp)
-            # the pointer last
-            groups.append([self._put_action(c) for c in chunks] + [self._put_action(item)])
+            # the pointer last, insert-only (append-only checkpoints): if its id
+            # is stored already the transaction writes nothing (see below)
+            groups.append([self._put_action(c) for c in chunks] + [self._pointer_put(item, now)])
             return groups
 
         if self.bucket is not None:
             yield from self._offload(key, rec, build, offloaded)
-        dropped = yield from self._write_groups(
-            pk, exp, build, lambda gi: gi != pointer, what, whole_limit=True
-        )
+        try:
+            dropped = yield from self._write_groups(
+                pk, exp, build, lambda gi: gi != pointer, what, whole_limit=True
+            )
+        except TransactionCanceledError as exc:
+            # the pointer is the last action: did its condition (id not stored) fail?
+            if not exc.reasons or exc.reasons[-1] != "ConditionalCheckFailed":
+                raise
+            same = yield from self._stored_matches(pk, psk, rec)
+            if same is None:  # not stored after all: another cause
+                raise
+            if not same:
+                raise CheckpointConflictError(
+                    key.tenant, key.thread, key.ns, rec.checkpoint_id
+                ) from None
+            return []  # the same checkpoint is stored: an idempotent retry, nothing written
         created = []
         for gi, b in enumerate(rec.blobs):
             if gi in dropped:  # stored already (by an earlier attempt or another writer)
@@ -248,6 +270,29 @@ class WriteOps(ThreadOps):
             yield from self._put_object(object_key_, data)
             offloaded[(gi, name)] = object_key_
         return None
+
+    def _pointer_put(self, item: dict[str, Any], now: float) -> dict[str, Any]:
+        """Put a checkpoint (pointer) item unless its id is stored (and not expired)."""
+        return self._blob_put(item, now)
+
+    def _stored_matches(
+        self, pk: str, psk: str, rec: CheckpointRecord
+    ) -> Generator[Any, Any, bool | None]:
+        """Whether the stored checkpoint ``psk`` holds ``rec``'s body and metadata.
+
+        One consistent GetItem, made only when a put found its id stored.
+        None when no live item is stored (the transaction failed for another reason).
+        """
+        resp = yield from self._call(
+            "get_item",
+            {"TableName": self.table, "Key": {"pk": S(pk), "sk": S(psk)}, "ConsistentRead": True},
+        )
+        item = (resp or {}).get("Item")
+        if not item or not _is_live(item, self.now()):
+            return None
+        return same_checkpoint(
+            item, rec.body.type, rec.body.data, rec.metadata.type, rec.metadata.data
+        )
 
     def _blob_put(self, item: dict[str, Any], now: float) -> dict[str, Any]:
         """Put a blob item unless that version is stored (and not expired) already."""

@@ -309,7 +309,16 @@ def parse_conn_string(conn_string: str) -> dict[str, Any]:
     return settings
 
 
-_SAVER_ARGS = ("client", "s3_client", "serde", "tenant", "clock", "encryption", "redaction")
+_SAVER_ARGS = (
+    "client",
+    "s3_client",
+    "serde",
+    "tenant",
+    "clock",
+    "encryption",
+    "redaction",
+    "integrity",
+)
 
 
 class _DynamoDBSaverBase(DurableSaverBase):
@@ -330,6 +339,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
         s3_client: Any = None,
+        integrity: Any = None,
         **settings: Any,
     ) -> None:
         if options is not None and settings:
@@ -354,6 +364,7 @@ class _DynamoDBSaverBase(DurableSaverBase):
             encryption,
             redaction,
             retention=self.options.retention_setting,
+            integrity=integrity,
         )
         self._owns_client = client is None
         self.client = (

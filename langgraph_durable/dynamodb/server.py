@@ -23,6 +23,9 @@ Settings come from the environment:
                                        parameters win over them
 ``LGD_DYNAMODB_SETUP``                 ``off`` skips ``setup()`` (table creation or
                                        checks) at start
+``LGD_INTEGRITY_KEY``                  chain key (hex, 32 bytes): tamper-evident
+                                       history (``integrity=``), checked by
+                                       ``langgraph-durable verify``
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
                                        ``LGD_KMS_KEY_ID`` with AWS KMS; the
                                        ``LGD_ENCRYPTION_*`` options: see
@@ -47,6 +50,7 @@ from .._server import (
     retention_from_env,
     set_up_saver,
 )
+from ..protect.integrity import integrity_from_env
 from .saver import AsyncDynamoDBSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
@@ -73,6 +77,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     retention = retention_from_env(env)
     if retention is not None:
         settings["retention"] = retention
+    integrity = integrity_from_env(env)
+    if integrity is not None:
+        settings["integrity"] = integrity
     return settings
 
 
@@ -83,6 +90,8 @@ async def checkpointer() -> AsyncIterator[AsyncDynamoDBSaver]:
     extra: dict[str, Any] = {}
     if "retention" in settings and "retention_" not in settings["url"]:
         extra["retention"] = settings["retention"]
+    if "integrity" in settings:
+        extra["integrity"] = settings["integrity"]
     opened = AsyncDynamoDBSaver.from_conn_string(
         settings["url"], encryption=settings["encryption"], **extra
     )

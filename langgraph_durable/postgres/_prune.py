@@ -21,6 +21,10 @@ two phases:
    ``keep_latest`` trims instead: the pure core picks what stays
    (``keep_set``), one statement deletes the rest of the batch's
    checkpoints with their writes, a second the blobs nothing kept references.
+   With ``integrity=`` a trim also leaves chain tombstones (see
+   :func:`trim_batch`).
+
+:func:`thread_page` walks the registry a page at a time (``verify``).
 
 Expiry is decided in SQL by one predicate on a registry row ``th``: with a
 policy, ``updated_at``/``created_at`` against the tenant's ``idle`` and
@@ -36,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
+from .._core.chain import tombstone_bodies
+from .._core.records import Sealed
 from .._core.retention import (
     DELETE,
     KEEP_LATEST,
@@ -47,11 +53,14 @@ from .._core.retention import (
     keep_set,
 )
 from .._core.sansio import Emit, Sleep
+from ..errors import InvalidInputError
+from . import _rls
+from ._query import Query
 
 if TYPE_CHECKING:
     from ._sql import PostgresOps
 
-__all__ = ["prune_expired", "trim_batch"]
+__all__ = ["prune_expired", "trim_batch", "thread_page"]
 
 _TABLES = ("checkpoints", "blobs", "writes")
 _LEAF = re.compile(r"^(checkpoints|blobs|writes)_e(-?\d+)$")
@@ -496,6 +505,13 @@ def trim_batch(
     """Trim threads (tenant, thread, epoch) to what ``keep_latest`` keeps (``keep_set``).
 
     Also the upstream-style ``prune(thread_ids, "keep_latest")`` (keep 1).
+
+    With the hash chain on (``ops.codec.chain``), every surviving checkpoint
+    whose parent goes gets a tombstone in its body's chain block
+    (``tombstone_bodies``): one more statement per batch reads the bodies of
+    those survivors and of their removed parents, and the survivors' new
+    bodies are written by the statement that deletes the removed checkpoints
+    (one statement: the rewrite and the delete commit together).
     """
     s = ops._s
     params = _arrays(batch)
@@ -518,6 +534,7 @@ def trim_batch(
         threads.setdefault((tenant, thread, int(epoch)), []).append((node, int(size or 0)))
     doomed: dict[str, list[Any]] = {k: [] for k in ("t", "th", "e", "ns", "id")}
     trimmed: list[tuple[str, str, int]] = []
+    links: dict[_Scope, _Links] = {}
     size = 0
     for (tenant, thread, epoch), members in threads.items():
         kept = keep_set((n for n, _ in members), keep(tenant))
@@ -533,6 +550,10 @@ def trim_batch(
             doomed["ns"].append(node.ns)
             doomed["id"].append(node.checkpoint_id)
             size += b
+        if ops.codec.chain is not None and not dry_run:
+            _link(
+                links, (tenant, thread, epoch), members, {(n.ns, n.checkpoint_id) for n, _ in gone}
+            )
     if not trimmed:
         return None
     report.trimmed += len(trimmed)
@@ -580,8 +601,22 @@ def trim_batch(
         )
         report.bytes += size + int(row[0]) + int(row[1])
         return None
+    # Tombstones first (one read), written by the statement that deletes.
+    stones = (yield from _tombstones(ops, links)) if links else None
+    rewrite = ""
+    if stones:
+        rewrite = (
+            f"r AS (UPDATE {s}.checkpoints c SET checkpoint = n.body FROM unnest("
+            "%(n_t)s::text[], %(n_th)s::text[], %(n_e)s::integer[], %(n_ns)s::text[], "
+            "%(n_id)s::text[], %(n_type)s::text[], %(n_body)s::bytea[]) AS n(tenant_id, "
+            "thread_id, epoch, checkpoint_ns, checkpoint_id, type, body) "
+            "WHERE c.tenant_id = n.tenant_id AND c.thread_id = n.thread_id "
+            "AND c.epoch = n.epoch AND c.checkpoint_ns = n.checkpoint_ns "
+            "AND c.checkpoint_id = n.checkpoint_id AND c.checkpoint_type = n.type), "
+        )
+        tparams.update(stones)
     row = yield _q(
-        f"WITH c AS (DELETE FROM {s}.checkpoints c USING {gone_rows} "
+        f"WITH {rewrite}c AS (DELETE FROM {s}.checkpoints c USING {gone_rows} "
         f"WHERE {key.format(a='c')} RETURNING 1), "
         f"w AS (DELETE FROM {s}.writes w USING {gone_rows} WHERE {key.format(a='w')} "
         "RETURNING octet_length(w.blob) AS n) "
@@ -603,3 +638,140 @@ def trim_batch(
     )
     report.bytes += int(row[0])
     return None
+
+
+# ---- chain tombstones (``integrity=``) ------------------------------------------------
+
+_Scope = tuple[str, str, int, str]  # tenant, thread, epoch, namespace
+
+
+class _Links:
+    """One namespace of a trimmed thread: survivors whose parent goes, and what goes."""
+
+    __slots__ = ("survivors", "removed")
+
+    def __init__(self) -> None:
+        #: surviving checkpoint id -> its removed parent's id
+        self.survivors: dict[str, str] = {}
+        #: every removed checkpoint id of the namespace
+        self.removed: list[str] = []
+
+
+def _link(
+    links: dict[_Scope, _Links],
+    thread: tuple[str, str, int],
+    members: list[tuple[CheckpointNode, int]],
+    gone: set[tuple[str, str]],
+) -> None:
+    """Note, per namespace of one thread, the survivors that will need a tombstone."""
+    scoped: dict[str, _Links] = {}
+    for node, _size in members:
+        at = scoped.setdefault(node.ns, _Links())
+        if (node.ns, node.checkpoint_id) in gone:
+            at.removed.append(node.checkpoint_id)
+        elif node.parent_id is not None and (node.ns, node.parent_id) in gone:
+            at.survivors[node.checkpoint_id] = node.parent_id
+    tenant, thread_id, epoch = thread
+    for ns, at in scoped.items():
+        if at.survivors:
+            links[(tenant, thread_id, epoch, ns)] = at
+
+
+def _tombstones(
+    ops: PostgresOps, links: dict[_Scope, _Links]
+) -> Generator[Any, Any, dict[str, list[Any]]]:
+    """The survivors' new bodies, as the arrays of the rewrite (one statement reads).
+
+    Reads the stored bodies of the survivors in ``links`` and of their removed
+    parents, and returns the rows to rewrite (``n_*`` arrays; empty when no
+    body carries a chain block).
+    """
+    chain = ops.codec.chain
+    if chain is None:
+        return {}
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("n_t", "n_th", "n_e", "n_ns", "n_id", "n_type", "n_body")
+    }
+    want: dict[str, list[Any]] = {k: [] for k in ("t", "th", "e", "ns", "id")}
+    for (tenant, thread, epoch, ns), at in links.items():
+        for cid in {*at.survivors, *at.survivors.values()}:
+            for k, v in zip(want, (tenant, thread, epoch, ns, cid), strict=True):
+                want[k].append(v)
+    rows = yield _q(
+        "SELECT c.tenant_id, c.thread_id, c.epoch, c.checkpoint_ns, c.checkpoint_id, "
+        f"c.checkpoint_type, c.checkpoint FROM {ops._s}.checkpoints c JOIN unnest("
+        "%(w_t)s::text[], %(w_th)s::text[], %(w_e)s::integer[], %(w_ns)s::text[], "
+        "%(w_id)s::text[]) AS w(tenant_id, thread_id, epoch, checkpoint_ns, checkpoint_id) "
+        "ON c.tenant_id = w.tenant_id AND c.thread_id = w.thread_id AND c.epoch = w.epoch "
+        "AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id",
+        {f"w_{k}": v for k, v in want.items()},
+        "all",
+    )
+    bodies: dict[tuple[str, str, int, str, str], Sealed] = {
+        (str(t), str(th), int(e), str(ns), str(cid)): Sealed(str(typ), bytes(data))
+        for t, th, e, ns, cid, typ, data in rows
+    }
+    for (tenant, thread, epoch, ns), at in links.items():
+        survivors: dict[str, tuple[str | None, Sealed]] = {}
+        for cid, parent in at.survivors.items():
+            stored = bodies.get((tenant, thread, epoch, ns, cid))
+            if stored is not None:  # gone meanwhile: nothing to mark
+                survivors[cid] = (parent, stored)
+        removed = {cid: bodies.get((tenant, thread, epoch, ns, cid)) for cid in at.removed}
+        for cid, body in tombstone_bodies(chain, tenant, thread, ns, survivors, removed).items():
+            for k, v in zip(
+                out, (tenant, thread, epoch, ns, cid, body.type, body.data), strict=True
+            ):
+                out[k].append(v)
+    return out if out["n_id"] else {}
+
+
+# ---- thread enumeration (``verify``) ----------------------------------------------
+
+
+def thread_page(
+    ops: PostgresOps, tenant: str | None, cursor: Any, limit: int
+) -> Generator[Any, Any, tuple[list[tuple[str, str]], Any]]:
+    """Up to ``limit`` (tenant, thread) pairs of threads with a checkpoint, and the next cursor.
+
+    Walks the ``threads`` registry in (tenant, thread) order from ``cursor``
+    (None to start; the last pair of the previous page after that) and
+    returns the next cursor, or None after the last page. One statement per
+    page (two with ``tenant`` None: across tenants the role must bypass
+    row-level security, as the pruner's). A registry row whose thread has no
+    checkpoint left (``delete_for_runs`` removed them all) is skipped.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInputError(f"limit must be a positive integer, got {limit!r}")
+    s = ops._s
+    params: dict[str, Any] = {"limit": limit + 1}
+    where = [
+        f"EXISTS (SELECT 1 FROM {s}.checkpoints c WHERE c.tenant_id = th.tenant_id "
+        "AND c.thread_id = th.thread_id AND c.epoch = th.epoch)"
+    ]
+    settings: tuple[tuple[str, str], ...] = ()
+    if tenant is None:
+        yield from _rls.require_bypass(ops.schema, "listing every tenant's threads")
+    else:
+        params["tenant"] = str(tenant)
+        where.append("th.tenant_id = %(tenant)s")
+        if ops.row_level_security:
+            settings = ((_rls.TENANT_SETTING, str(tenant)),)
+    if cursor is not None:
+        try:
+            after_tenant, after_thread = (str(part) for part in cursor)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"not a thread_page cursor: {cursor!r}") from exc
+        params.update(a_t=after_tenant, a_th=after_thread)
+        where.append("(th.tenant_id, th.thread_id) > (%(a_t)s, %(a_th)s)")
+    rows = yield Query(
+        f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th WHERE "
+        + " AND ".join(where)
+        + " ORDER BY th.tenant_id, th.thread_id LIMIT %(limit)s",
+        params,
+        "all",
+        False,
+        settings,
+    )
+    page = [(str(t), str(th)) for t, th in rows[:limit]]
+    return page, (page[-1] if len(rows) > limit else None)

@@ -48,6 +48,7 @@ from .._core.records import BlobDelta, CheckpointRecord, Sealed, StoredDataKey
 from .._core.retention import DELETE, PruneReport, PruneRequest, Retention
 from .._core.sansio import Emit, operation
 from ..errors import (
+    CheckpointConflictError,
     ConfigurationError,
     InvalidInputError,
     MissingPartitionError,
@@ -55,7 +56,7 @@ from ..errors import (
     StorageError,
 )
 from . import _rls
-from ._prune import prune_expired, trim_batch
+from ._prune import prune_expired, thread_page, trim_batch
 from ._query import Query
 from ._rls import tenant_scoped
 
@@ -316,12 +317,11 @@ class PostgresOps:
             # or pruned since this process wrote it): if not, nothing is written and
             # the caller writes the checkpoint again with full copies.
             "{missing}, "
-            f"b AS (INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, "
-            "version, epoch, type, blob, base, base_count) "
-            "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, "
-            "u.blob, u.base, u.base_count FROM t CROSS JOIN u "
-            "WHERE NOT EXISTS (SELECT 1 FROM missing) "
-            "ON CONFLICT DO NOTHING RETURNING channel), "
+            # Append-only: a stored checkpoint is never replaced (the application
+            # role needs no UPDATE on checkpoints). The blobs are written only when
+            # the checkpoint row was (``b`` reads ``c``'s output, so ``c`` runs
+            # first): a put that finds its id stored writes nothing, and the
+            # caller compares the stored row (see ``put``).
             f"c AS (INSERT INTO {s}.checkpoints (tenant_id, thread_id, checkpoint_ns, "
             "checkpoint_id, epoch, parent_checkpoint_id, v, run_id, blob_channels, blob_versions, "
             "metadata_index, checkpoint_type, checkpoint, metadata_type, metadata) "
@@ -329,14 +329,16 @@ class PostgresOps:
             "%(v)s, %(run_id)s, %(r_channels)s::text[], %(r_versions)s::text[], "
             "%(metadata_index)s::jsonb, %(c_type)s, %(c_data)b, %(m_type)s, %(m_data)b FROM t "
             "WHERE NOT EXISTS (SELECT 1 FROM missing) "
-            "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch) DO UPDATE SET "
-            "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, v = EXCLUDED.v, "
-            "run_id = EXCLUDED.run_id, blob_channels = EXCLUDED.blob_channels, "
-            "blob_versions = EXCLUDED.blob_versions, metadata_index = EXCLUDED.metadata_index, "
-            "checkpoint_type = EXCLUDED.checkpoint_type, checkpoint = EXCLUDED.checkpoint, "
-            "metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata) "
+            "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch) DO NOTHING "
+            "RETURNING 1 AS inserted), "
+            f"b AS (INSERT INTO {s}.blobs (tenant_id, thread_id, checkpoint_ns, channel, "
+            "version, epoch, type, blob, base, base_count) "
+            "SELECT %(tenant)s, %(thread)s, %(ns)s, u.channel, u.version, t.epoch, u.type, "
+            "u.blob, u.base, u.base_count FROM t CROSS JOIN u "
+            "WHERE EXISTS (SELECT 1 FROM c) "
+            "ON CONFLICT DO NOTHING RETURNING channel) "
             "SELECT (SELECT epoch FROM t), EXISTS (SELECT 1 FROM missing), "
-            "(SELECT array_agg(channel) FROM b)"
+            "(SELECT array_agg(channel) FROM b), EXISTS (SELECT 1 FROM c)"
         )
         # Without deltas nothing is checked; with deltas (see _put_delta_sql) the
         # check reads the thread's own partition only: a statement that read the
@@ -711,7 +713,11 @@ class PostgresOps:
         metadata: Any,
         new_versions: Any,
     ) -> Generator[Any, Any, Any]:
-        """Store a checkpoint with its new blobs: one statement, one round trip."""
+        """Store a checkpoint with its new blobs: one statement, one round trip.
+
+        Append-only: a checkpoint id stored already is not replaced, and then
+        one more statement compares the stored row (see ``_check_stored``).
+        """
         # Deltas only where this process knows the thread's epoch (it wrote or
         # read the thread), so the base check reads one partition.
         epoch = self.epochs.get(key.tenant, key.thread)
@@ -741,12 +747,52 @@ class PostgresOps:
                 row = yield from self._with_partition(
                     Query(self.PUT_SQL, self._put_params(rec), "one")
                 )
+            if row is not None and not row[1] and not row[3]:
+                # the id is stored already: a retry of the same put, or a conflict
+                yield from self._check_stored(rec, int(row[0]))
         except BaseException:
             self.codec.forget_thread(key.tenant, key.thread)
             raise
         self.codec.written(rec, list(row[2] or []) if row is not None else [])
         self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
         return self.codec.config(key, rec.checkpoint_id)
+
+    def _check_stored(self, rec: CheckpointRecord, epoch: int) -> Generator[Any, Any, None]:
+        """Accept a put whose checkpoint id is stored already only if nothing differs.
+
+        Checkpoints are append-only: the stored row is kept. Its body and
+        metadata (type and bytes) equal to ``rec``'s make the put an idempotent
+        retry (nothing was written); any difference is a conflict. One more
+        round trip, only when the put found its id stored.
+
+        Raises:
+            CheckpointConflictError: The stored checkpoint differs.
+            StorageError: The stored row is gone again (the thread was deleted
+                between the two statements).
+        """
+        row = yield Query(
+            "SELECT checkpoint_type, checkpoint, metadata_type, metadata "
+            f"FROM {self._leaf('checkpoints', epoch)} WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND checkpoint_ns = %(ns)s "
+            "AND checkpoint_id = %(checkpoint_id)s AND epoch = %(epoch)s",
+            {
+                "tenant": rec.tenant,
+                "thread": rec.thread,
+                "ns": rec.ns,
+                "checkpoint_id": rec.checkpoint_id,
+                "epoch": epoch,
+            },
+            "one",
+        )
+        if row is None:
+            raise StorageError(
+                f"checkpoint {rec.checkpoint_id!r} of thread {rec.thread!r} was neither "
+                "written nor found: the thread was deleted meanwhile; write it again"
+            )
+        stored = (str(row[0]), bytes(row[1]), str(row[2]), bytes(row[3]))
+        if stored != (rec.body.type, rec.body.data, rec.metadata.type, rec.metadata.data):
+            raise CheckpointConflictError(rec.tenant, rec.thread, rec.ns, rec.checkpoint_id)
+        return None
 
     def _put_params(self, rec: CheckpointRecord) -> dict[str, Any]:
         return {
@@ -1066,6 +1112,18 @@ class PostgresOps:
         """
         yield from _rls.require_bypass(self.schema, "pruning expired threads")
         return (yield from prune_expired(self, request, policy))
+
+    @operation
+    def thread_page(
+        self, tenant: str | None, cursor: Any, limit: int
+    ) -> Generator[Any, Any, tuple[builtins.list[tuple[str, str]], Any]]:
+        """Up to ``limit`` (tenant, thread) pairs of threads with a checkpoint (``verify``).
+
+        ``tenant`` None: every tenant (with row-level security on, only a role
+        that bypasses it may run). Returns the page and the cursor of the next
+        one (start with None; None after the last page). See ``_prune.thread_page``.
+        """
+        return (yield from thread_page(self, tenant, cursor, limit))
 
     def _store_retention(self, text: str) -> Generator[Any, Any, None]:
         yield Query(

@@ -152,6 +152,7 @@ class _PostgresSaverBase(DurableSaverBase):
         retention: Retention | RetentionPolicy | None = None,
         delta_chain: int = DEFAULT_MAX_CHAIN,
         row_level_security: bool = False,
+        integrity: Any = None,
     ) -> None:
         self.options = _options(
             schema,
@@ -163,7 +164,7 @@ class _PostgresSaverBase(DurableSaverBase):
             delta_chain,
             row_level_security,
         )
-        self._init_base(serde, tenant, default_tenant, encryption, redaction, retention)
+        self._init_base(serde, tenant, default_tenant, encryption, redaction, retention, integrity)
         self._conn = self._connector(conn, self.options)
 
     def _delta_chain(self) -> int:

@@ -24,6 +24,9 @@ Settings come from the environment:
                                        ``LGD_RETENTION_ABSOLUTE``,
                                        ``LGD_RETENTION_STRATEGY`` (``delete`` or
                                        ``keep-latest``), ``LGD_RETENTION_KEEP``
+``LGD_INTEGRITY_KEY``                  chain key (hex, 32 bytes): tamper-evident
+                                       history (``integrity=``), checked by
+                                       ``langgraph-durable verify``
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
                                        ``LGD_KMS_KEY_ID`` with AWS KMS; the
                                        ``LGD_ENCRYPTION_*`` options: see
@@ -48,6 +51,7 @@ from .._server import (
     set_up_saver,
 )
 from ..errors import ConfigurationError
+from ..protect.integrity import integrity_from_env
 from .saver import AsyncPostgresSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
@@ -64,7 +68,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     pool = env.get("LGD_POSTGRES_POOL_SIZE", "4").strip()
     if not pool.isdigit() or int(pool) < 1:
         raise ConfigurationError(f"LGD_POSTGRES_POOL_SIZE must be a positive integer, got {pool!r}")
-    return {
+    settings: dict[str, Any] = {
         "conn": url,
         "schema": env.get("LGD_POSTGRES_SCHEMA", "langgraph_durable").strip(),
         "pool_size": int(pool),
@@ -74,6 +78,10 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "row_level_security": env_flag(env, "LGD_POSTGRES_RLS", False),
         "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
+    integrity = integrity_from_env(env)
+    if integrity is not None:
+        settings["integrity"] = integrity
+    return settings
 
 
 @asynccontextmanager

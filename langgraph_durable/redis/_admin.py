@@ -205,7 +205,9 @@ class AdminOps(OpsBase):
         checkpoint's sends; the ancestors a DeltaChannel value is rebuilt
         from), and the blobs those read, delta bases included. Each thread is
         trimmed by one script (a thread written between the read and the trim
-        is read again).
+        is read again). With ``integrity=``, a survivor whose parent is trimmed
+        gets a chain tombstone in that same script (one more round trip per
+        batch reads the bodies first; see ``_tombstones``).
         """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
@@ -217,7 +219,7 @@ class AdminOps(OpsBase):
             return None
         tenant = _ident(tenant, "tenant id")
         threads = [_ident(t, "thread_id") for t in threads]
-        yield from _prune.trim_threads(self.keys, tenant, threads, 1)
+        yield from _prune.trim_threads(self.keys, tenant, threads, 1, self.codec.chain)
         return None
 
     @operation
@@ -230,8 +232,22 @@ class AdminOps(OpsBase):
         (see ``_prune``). ``policy`` None: threads expire natively and the
         run only removes the index entries of threads that are gone.
         """
-        yield from _prune.prune_expired(self.keys, request, policy, self._forget_deleted)
+        yield from _prune.prune_expired(
+            self.keys, request, policy, self._forget_deleted, self.codec.chain
+        )
         return None
+
+    @operation
+    def thread_page(
+        self, tenant: str | None, cursor: Any, limit: int
+    ) -> Generator[Any, Any, tuple[builtins.list[tuple[str, str]], Any]]:
+        """Up to ``limit`` (tenant, thread) pairs of threads with a checkpoint, and a cursor.
+
+        ``tenant`` None: every tenant. Start with ``cursor`` None; the cursor
+        returned is None after the last page (see ``_prune.thread_page``:
+        a SCAN of every primary, memory bounded by ``limit``).
+        """
+        return (yield from _prune.thread_page(self.keys, tenant, cursor, limit))
 
     @operation
     def retention_get(self) -> Generator[Any, Any, str | None]:

@@ -37,7 +37,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ._keys import split_cluster_url
-from ._requests import Batch, Command, ScanKeys, Script
+from ._requests import Batch, Command, ScanKeys, ScanPage, Script
 
 R = TypeVar("R")
 
@@ -154,15 +154,38 @@ def _translated(results: list[Any]) -> list[Any]:
     return [translate(r) if isinstance(r, BaseException) else r for r in results]
 
 
-Request = Command | Script | Batch | ScanKeys
+Request = Command | Script | Batch | ScanKeys | ScanPage
 
 
 def _request(step: Any) -> Request:
-    if not isinstance(step, (Command, Script, Batch, ScanKeys)):
+    if not isinstance(step, (Command, Script, Batch, ScanKeys, ScanPage)):
         raise TypeError(
-            f"operation yielded {step!r}, expected a Command, Script, Batch or ScanKeys"
+            f"operation yielded {step!r}, expected a Command, Script, Batch, ScanKeys or ScanPage"
         )
     return step
+
+
+def _primary(names: list[str], node: str) -> str:
+    """The primary a :class:`ScanPage` names ("": the first, in name order)."""
+    if not names:
+        raise StorageError("the Redis cluster reports no primaries")
+    if not node:
+        return names[0]
+    if node not in names:
+        raise StorageError(
+            f"Redis cluster node {node!r} is no longer a primary (a failover or resharding "
+            "happened during the walk); start the walk again"
+        )
+    return node
+
+
+def _scan_next(names: list[str], node: str, cursor: Any) -> tuple[str, int] | None:
+    """Where a :class:`ScanPage` walk goes on after ``node`` returned ``cursor``."""
+    cursor = int(cursor)
+    if cursor:
+        return node, cursor
+    later = [name for name in names if name > node]
+    return (later[0], 0) if later else None
 
 
 # ---------------------------------------------------------------- sync
@@ -215,7 +238,25 @@ class SyncDriver:
             # a cluster client's scan_iter walks every primary with its own cursor
             found = self.client.scan_iter(match=request.match, count=request.count)
             return list(dict.fromkeys(found))
+        if isinstance(request, ScanPage):
+            return self._scan_page(request)
         return self._batch(request)
+
+    def _scan_page(self, request: ScanPage) -> tuple[list[Any], tuple[str, int] | None]:
+        if not self.cluster:
+            cursor, keys = self.client.scan(
+                cursor=request.cursor, match=request.match, count=request.count
+            )
+            return list(keys), _scan_next([""], "", cursor)
+        names = sorted(node.name for node in self.client.get_primaries())
+        name = _primary(names, request.node)
+        cursors, keys = self.client.scan(
+            cursor=request.cursor,
+            match=request.match,
+            count=request.count,
+            target_nodes=self.client.get_node(node_name=name),
+        )
+        return list(keys), _scan_next(names, name, cursors[name])
 
     def _command(self, request: Command) -> Any:
         if request.every_primary and self.cluster:
@@ -307,7 +348,25 @@ class AsyncDriver:
         if isinstance(request, ScanKeys):
             found = self.client.scan_iter(match=request.match, count=request.count)
             return list(dict.fromkeys([key async for key in found]))
+        if isinstance(request, ScanPage):
+            return await self._scan_page(request)
         return await self._batch(request)
+
+    async def _scan_page(self, request: ScanPage) -> tuple[list[Any], tuple[str, int] | None]:
+        if not self.cluster:
+            cursor, keys = await self.client.scan(
+                cursor=request.cursor, match=request.match, count=request.count
+            )
+            return list(keys), _scan_next([""], "", cursor)
+        names = sorted(node.name for node in self.client.get_primaries())
+        name = _primary(names, request.node)
+        cursors, keys = await self.client.scan(
+            cursor=request.cursor,
+            match=request.match,
+            count=request.count,
+            target_nodes=self.client.get_node(node_name=name),
+        )
+        return list(keys), _scan_next(names, name, cursors[name])
 
     async def _command(self, request: Command) -> Any:
         if request.every_primary and self.cluster:

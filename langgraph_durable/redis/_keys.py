@@ -49,6 +49,7 @@ shapes (``lua/lib/thread.lua``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -98,6 +99,21 @@ def _tag_part(value: str) -> str:
     return value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
 
 
+_GLOB = re.compile(r"([*?\[\]\\])")
+_TAG_CODES = re.compile(r"%(25|3A|7B|7D)")
+_TAG_CHARS = {"25": "%", "3A": ":", "7B": "{", "7D": "}"}
+
+
+def _untag(value: str) -> str:
+    """What ``_tag_part`` encoded."""
+    return _TAG_CODES.sub(lambda m: _TAG_CHARS[m.group(1)], value)
+
+
+def _glob_escape(value: str) -> str:
+    """``value`` matched literally in a SCAN MATCH pattern."""
+    return _GLOB.sub(r"\\\1", value)
+
+
 def _ident(value: Any, what: str) -> str:
     """``value`` as a string fit for a key or field part (no NUL, valid UTF-8)."""
     text = value if isinstance(value, str) else str(value)
@@ -145,6 +161,29 @@ class KeyLayout:
 
     def _base(self, tenant: str, thread: str) -> str:
         return f"{self.prefix}:{self.tag(tenant, thread)}:"
+
+    def checkpoint_index_pattern(self, tenant: str | None = None) -> str:
+        """A SCAN pattern matching the ``i`` key of every thread (of one tenant).
+
+        A thread has that key exactly while it has a checkpoint.
+        """
+        inner = "*" if tenant is None else _glob_escape(_tag_part(tenant)) + ":*"
+        return _glob_escape(self.prefix) + ":{" + inner + "}:" + self.SUFFIXES[4]
+
+    def thread_of(self, key: Any) -> tuple[str, str] | None:
+        """(tenant, thread) of a thread's ``i`` key name; None for any other key."""
+        try:
+            text = key.decode() if isinstance(key, (bytes, bytearray)) else str(key)
+        except UnicodeDecodeError:
+            return None
+        head, tail = self.prefix + ":{", "}:" + self.SUFFIXES[4]
+        if not text.startswith(head) or not text.endswith(tail):
+            return None
+        body = text[len(head) : -len(tail)]
+        tenant, sep, thread = body.partition(":")
+        if not sep or any(c in body for c in "{}") or ":" in thread:
+            return None
+        return _untag(tenant), _untag(thread)
 
     def effects(self, tenant: str, thread: str) -> str:
         """The set of a thread's effect ids (the scripts derive it from the ``h`` key)."""

@@ -18,6 +18,8 @@ ZSCAN so entries removed meanwhile never make it skip others):
    (``PRUNE_DROP``, the same deletion as ``delete_thread``) or trimmed
    (``PRUNE_NODES`` reads its checkpoints' parents and flags, ``keep_set``
    plans, ``PRUNE_TRIM`` deletes the rest and the blobs nothing kept needs).
+   With ``integrity=``, one pipelined read of the bodies comes first and
+   ``PRUNE_TRIM`` also writes the chain tombstones (``_tombstones``).
 3. ``PRUNE_DROP`` and ``PRUNE_TRIM`` first check that the thread is as it was
    read (its last-write time and header-hash size); a thread written meanwhile
    is looked at again (up to ``ATTEMPTS`` times in a run).
@@ -39,6 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._core.chain import ChainKey
 from .._core.retention import (
     DELETE,
     LOCK_LEASE_SECONDS,
@@ -53,10 +56,10 @@ from .._core.retention import (
     thread_expired,
 )
 from .._core.sansio import Blocking, Emit, Sleep
-from ..errors import DurableError, StorageError
+from ..errors import DurableError, InvalidInputError, StorageError
 from ._keys import KeyLayout, _ident
 from ._records import _text
-from ._requests import Batch, Command, ScanKeys, Script, _chunks, _first_error
+from ._requests import Batch, Command, ScanKeys, ScanPage, Script, _chunks, _first_error
 from ._scripts import (
     INDEX_FORGET,
     INDEX_SCAN,
@@ -68,8 +71,16 @@ from ._scripts import (
     PRUNE_SCRIPTS,
     PRUNE_TRIM,
 )
+from ._tombstones import Links, tombstone_args
+from ._tombstones import links as _links
 
-__all__ = ["PRUNE_SCRIPTS", "prune_expired", "trim_threads", "checkpoint_seconds"]
+__all__ = [
+    "PRUNE_SCRIPTS",
+    "prune_expired",
+    "trim_threads",
+    "thread_page",
+    "checkpoint_seconds",
+]
 
 log = logging.getLogger("langgraph_durable.redis")
 
@@ -217,8 +228,10 @@ class _Run:
         request: PruneRequest,
         policy: Callable[[str], Retention | None] | None,
         forget_thread: Callable[[str, str], None],
+        chain: ChainKey | None = None,
     ) -> None:
         self.keys = keys
+        self.chain = chain
         self.request = request
         self.dry = "1" if request.dry_run else "0"
         self.report = PruneReport(dry_run=request.dry_run)
@@ -312,7 +325,8 @@ class _Run:
             return None
         results = yield Batch(tuple(Script(PRUNE_NODES, self.thread_keys(s.item)) for s in trims))
         _first_error(results)
-        plans: list[tuple[_Seen, list[bytes]]] = []
+        plans: list[tuple[_Seen, _Trim]] = []
+        links = self.chain is not None and not self.request.dry_run
         for seen, (exists, hlen, touched, flat) in zip(trims, results, strict=True):
             if not int(exists):
                 gone.append(seen.item)
@@ -321,24 +335,41 @@ class _Run:
             else:
                 policy = self.policy(seen.item.tenant)
                 keep = policy.keep if policy is not None else 1
-                drop = _plan(flat, keep)
-                if drop:
-                    plans.append((seen, drop))
+                trim = _plan(flat, keep, links)
+                if trim.drop:
+                    plans.append((seen, trim))
         if not plans:
+            return None
+        # with the hash chain: tombstones for survivors whose parent goes (one read)
+        sealed = yield from tombstone_args(
+            self.keys, self.chain, [(s.item.tenant, s.item.thread, t.links) for s, t in plans]
+        )
+        ready: list[tuple[_Seen, _Trim, list[bytes]]] = []
+        for (seen, trim), args in zip(plans, sealed, strict=True):
+            if isinstance(args, DurableError):
+                log.warning(
+                    "pruner: thread %r of tenant %r is not trimmed: %s",
+                    seen.item.thread,
+                    seen.item.tenant,
+                    args,
+                )
+            else:
+                ready.append((seen, trim, args))
+        if not ready:
             return None
         results = yield Batch(
             tuple(
                 Script(
                     PRUNE_TRIM,
                     self.thread_keys(s.item),
-                    (s.hlen, s.touched, self.dry, *drop),
+                    (s.hlen, s.touched, self.dry, len(args) // 3, *args, *trim.drop),
                 )
-                for s, drop in plans
+                for s, trim, args in ready
             )
         )
         _first_error(results)
         report = self.report
-        for (seen, _drop_fields), (status, checkpoints, size) in zip(plans, results, strict=True):
+        for (seen, _trim, _args), (status, checkpoints, size) in zip(ready, results, strict=True):
             item = seen.item
             if int(status) == 1:
                 if int(checkpoints):
@@ -381,8 +412,17 @@ class _Run:
         return None
 
 
-def _plan(flat: Sequence[Any], keep: int) -> list[bytes]:
-    """The header-hash fields of the checkpoints ``keep_set`` does not keep."""
+@dataclass(frozen=True, slots=True)
+class _Trim:
+    """A planned trim: the header-hash fields to delete, and (with the hash
+    chain) the surviving checkpoints whose parent goes (see ``_tombstones``)."""
+
+    drop: list[bytes]
+    links: Links
+
+
+def _plan(flat: Sequence[Any], keep: int, links: bool = False) -> _Trim:
+    """What ``keep_set`` does not keep; with ``links``, what survivors lose."""
     nodes: list[CheckpointNode] = []
     fields: dict[tuple[str, str], bytes] = {}
     for j in range(0, len(flat) - 4, 5):
@@ -401,7 +441,8 @@ def _plan(flat: Sequence[Any], keep: int) -> list[bytes]:
         )
         fields[(ns, cid)] = f
     kept = keep_set(nodes, keep)
-    return [f for where, f in sorted(fields.items()) if where not in kept]
+    drop = [f for where, f in sorted(fields.items()) if where not in kept]
+    return _Trim(drop, _links(nodes, kept) if links and drop else {})
 
 
 def _take_lock(lock: str, me: str) -> Generator[Any, Any, bool]:
@@ -437,6 +478,7 @@ def prune_expired(
     request: PruneRequest,
     policy: Callable[[str], Retention | None] | None,
     forget_thread: Callable[[str, str], None],
+    chain: ChainKey | None = None,
 ) -> Generator[Any, Any, None]:
     """The pruner run (see the module docstring); emits progress, then its report.
 
@@ -447,9 +489,11 @@ def prune_expired(
             and the run only sweeps the indexes.
         forget_thread: Called for each thread deleted (the codec's and the
             registration memory of it).
+        chain: The saver's chain key (``integrity=``): trims then write
+            tombstones (``_tombstones``).
     """
     started = request.monotonic()
-    run = _Run(keys, request, policy, forget_thread)
+    run = _Run(keys, request, policy, forget_thread, chain)
     report = run.report
     me = pruner_identity()
     lock = keys.prune_lock()
@@ -503,14 +547,21 @@ def _walk(run: _Run, lock: str, me: str) -> Generator[Any, Any, None]:
 
 
 def trim_threads(
-    keys: KeyLayout, tenant: str, threads: Sequence[str], keep: int
+    keys: KeyLayout,
+    tenant: str,
+    threads: Sequence[str],
+    keep: int,
+    chain: ChainKey | None = None,
 ) -> Generator[Any, Any, int]:
     """Trim named threads to ``keep_set(..., keep)`` now (``prune(keep_latest)``).
 
-    Returns the number of checkpoints deleted.
+    With ``chain`` (``integrity=``), survivors whose parent goes get a
+    tombstone in the same script (``_tombstones``). Returns the number of
+    checkpoints deleted.
 
     Raises:
         StorageError: A thread kept changing while it was trimmed.
+        CorruptRecordError: A record a tombstone needs cannot be read.
     """
     removed = 0
     for chunk in _chunks(list(threads), TRIM_CHUNK):
@@ -520,23 +571,36 @@ def trim_threads(
                 break
             results = yield Batch(tuple(Script(PRUNE_NODES, keys.thread(tenant, t)) for t in todo))
             _first_error(results)
-            plans: list[tuple[str, str, list[bytes]]] = []
+            plans: list[tuple[str, str, _Trim]] = []
             for thread, (exists, hlen, _touched, flat) in zip(todo, results, strict=True):
                 if int(exists):
-                    drop = _plan(flat, keep)
-                    if drop:
-                        plans.append((thread, str(int(hlen)), drop))
+                    trim = _plan(flat, keep, chain is not None)
+                    if trim.drop:
+                        plans.append((thread, str(int(hlen)), trim))
             todo = []
             if not plans:
                 break
+            sealed: list[list[bytes]] = []
+            for args in (
+                yield from tombstone_args(
+                    keys, chain, [(tenant, t, trim.links) for t, _hlen, trim in plans]
+                )
+            ):
+                if isinstance(args, DurableError):
+                    raise args
+                sealed.append(args)
             results = yield Batch(
                 tuple(
-                    Script(PRUNE_TRIM, keys.thread(tenant, t), (hlen, ANY_TIME, "0", *drop))
-                    for t, hlen, drop in plans
+                    Script(
+                        PRUNE_TRIM,
+                        keys.thread(tenant, t),
+                        (hlen, ANY_TIME, "0", len(args) // 3, *args, *trim.drop),
+                    )
+                    for (t, hlen, trim), args in zip(plans, sealed, strict=True)
                 )
             )
             _first_error(results)
-            for (thread, _hlen, _drop), (status, checkpoints, _size) in zip(
+            for (thread, _hlen, _trim), (status, checkpoints, _size) in zip(
                 plans, results, strict=True
             ):
                 if int(status) < 0:
@@ -548,3 +612,65 @@ def trim_threads(
                 f"prune: thread {todo[0]!r} kept changing while it was pruned; try again"
             )
     return removed
+
+
+# ---------------------------------------------------------------- thread enumeration
+
+#: SCAN's COUNT per thread still wanted: every thread has at least four keys.
+_KEYS_PER_THREAD = 4
+#: Bounds of SCAN's COUNT hint in ``thread_page``.
+_SCAN_COUNT_MIN, _SCAN_COUNT_MAX = 64, 10_000
+
+
+def thread_page(
+    keys: KeyLayout, tenant: str | None, cursor: Any, limit: int
+) -> Generator[Any, Any, tuple[list[tuple[str, str]], Any]]:
+    """Up to ``limit`` (tenant, thread) pairs of threads with a checkpoint, and the next cursor.
+
+    SCANs the keyspace of every primary (on a cluster, one after the other in
+    node-name order) for the threads' ``i`` keys (``KeyLayout.thread_of``),
+    which exist exactly while a thread has a checkpoint, so a thread missing
+    from its tenant's index (a failed registration on a cluster) is found too;
+    with ``tenant`` the MATCH pattern names it (still a walk of the whole
+    keyspace, server side). The cursor is ``(node, scan cursor, pending)``:
+    the primary being scanned (None once all are done), its SCAN cursor, and
+    the pairs a SCAN call returned beyond ``limit`` (fewer than about
+    ``limit``), handed out first on the next page. None after the last page.
+
+    A thread present throughout the walk is returned at least once; twice only
+    if the keyspace was resized (rehashed) meanwhile, as SCAN guarantees.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInputError(f"limit must be a positive integer, got {limit!r}")
+    if tenant is not None:
+        tenant = _ident(tenant, "tenant id")
+    node: str | None
+    pending: list[tuple[str, str]]
+    if cursor is None:
+        node, position, pending = "", 0, []
+    else:
+        try:
+            raw_node, raw_position, raw_pending = cursor
+            node = None if raw_node is None else str(raw_node)
+            position = int(raw_position)
+            pending = [(str(t), str(th)) for t, th in raw_pending]
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"not a thread_page cursor: {cursor!r}") from exc
+    match = keys.checkpoint_index_pattern(tenant)
+    out, pending = pending[:limit], pending[limit:]
+    seen = set(out)
+    while node is not None and len(out) < limit:
+        count = (limit - len(out)) * _KEYS_PER_THREAD
+        found, after = yield ScanPage(
+            match, node, position, min(max(count, _SCAN_COUNT_MIN), _SCAN_COUNT_MAX)
+        )
+        for key in found:
+            pair = keys.thread_of(key)
+            if pair is None or pair in seen or (tenant is not None and pair[0] != tenant):
+                continue
+            seen.add(pair)
+            (out if len(out) < limit else pending).append(pair)
+        node, position = (None, 0) if after is None else (str(after[0]), int(after[1]))
+    if node is None and not pending:
+        return out, None
+    return out, (node, position, tuple(pending))

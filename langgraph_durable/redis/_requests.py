@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import DurableError
 
-__all__ = ["LuaScript", "Command", "Script", "Batch", "ScanKeys", "BATCH_SIZE"]
+__all__ = ["LuaScript", "Command", "Script", "Batch", "ScanKeys", "ScanPage", "BATCH_SIZE"]
 
 #: Scripts per pipeline when an operation touches many threads.
 BATCH_SIZE = 100
@@ -83,6 +83,29 @@ class ScanKeys:
 
     match: str
     count: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    """One SCAN call on one primary: a page of the key names matching a pattern.
+
+    Attributes:
+        match: The SCAN MATCH pattern.
+        node: The primary to scan (a cluster node's name, ``host:port``); ``""``
+            for the first (on a cluster, the primaries are taken in name order;
+            a single server has one).
+        cursor: The SCAN cursor on that primary (0 to start it).
+        count: The COUNT hint.
+
+    The result is ``(keys, next)``: the key names this call returned (a key
+    may come twice only if the keyspace was resized meanwhile) and where to
+    go on, ``(node, cursor)``, or None once every primary has been scanned.
+    """
+
+    match: str
+    node: str
+    cursor: int
+    count: int
 
 
 def _first_error(results: Iterable[Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from .._core.codec import ThreadKey
 from .._core.records import CheckpointRecord
 from .._core.sansio import operation
+from ..errors import CheckpointConflictError
 from ._base import OpsBase
 from ._keys import SEP, _ident
 from ._records import _text, encode_blob, encode_frame, encode_header, encode_payload
@@ -20,6 +21,9 @@ from ._requests import Script
 from ._scripts import PUT, PUT_WRITES
 
 __all__ = ["WriteOps"]
+
+#: What PUT returns when the checkpoint is stored already with another payload.
+CONFLICT = -2
 
 
 class WriteOps(OpsBase):
@@ -40,6 +44,10 @@ class WriteOps(OpsBase):
         (one more); on one server the script does it.
         A list channel stored as a delta whose base is gone (the thread was
         deleted or expired meanwhile) is written again in full (one more).
+
+        Append-only: when the checkpoint id is stored already, the script
+        writes nothing; the same payload (body and metadata) is an idempotent
+        retry, another raises :class:`CheckpointConflictError`.
         """
         tenant, thread, ns = self._thread_parts(key)
         keys = self.keys.thread(tenant, thread)
@@ -51,12 +59,15 @@ class WriteOps(OpsBase):
             _ident(rec.parent_checkpoint_id, "parent checkpoint id")
         head = [self._write_spec(tenant), ns, checkpoint_id]
         result = yield Script(PUT, keys, (*head, *self._put_args(tenant, thread, ns, rec)))
-        if result and int(result[0]) < 0:
+        if result and int(result[0]) == -1:
             self.codec.forget_thread(tenant, thread)
             rec = self.codec.encode_checkpoint(
                 key, config, checkpoint, metadata, new_versions, allow_delta=False
             )
             result = yield Script(PUT, keys, (*head, *self._put_args(tenant, thread, ns, rec)))
+        if result and int(result[0]) == CONFLICT:
+            self.codec.forget_thread(tenant, thread)
+            raise CheckpointConflictError(tenant, thread, ns, checkpoint_id)
         flags = _text(result[2]) if len(result) > 2 else ""
         self.codec.written(
             rec, [b.channel for b, flag in zip(rec.blobs, flags, strict=False) if flag == "1"]

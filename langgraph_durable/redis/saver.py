@@ -162,6 +162,7 @@ class _RedisSaverBase(DurableSaverBase):
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
         retention: Retention | RetentionPolicy | None = None,
+        integrity: Any = None,
     ) -> None:
         if options is None:
             options = RedisOptions(
@@ -178,7 +179,13 @@ class _RedisSaverBase(DurableSaverBase):
         retention = _retention_setting(options, retention)
         self._conn = self._driver_type(conn)
         self._init_base(
-            serde, tenant, options.default_tenant, encryption, redaction, retention=retention
+            serde,
+            tenant,
+            options.default_tenant,
+            encryption,
+            redaction,
+            retention=retention,
+            integrity=integrity,
         )
 
     def _delta_chain(self) -> int:

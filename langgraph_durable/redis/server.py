@@ -23,6 +23,9 @@ Settings come from the environment:
 ``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads count as writes for
                                        retention
 ``LGD_REDIS_SETUP``                    ``off`` skips ``setup()`` at start
+``LGD_INTEGRITY_KEY``                  chain key (hex, 32 bytes): tamper-evident
+                                       history (``integrity=``), checked by
+                                       ``langgraph-durable verify``
 ``LGD_KEYRING``                        envelope encryption with a local keyring, or
                                        ``LGD_KMS_KEY_ID`` with AWS KMS; the
                                        ``LGD_ENCRYPTION_*`` options: see
@@ -47,6 +50,7 @@ from .._server import (
     set_up_saver,
 )
 from ..errors import ConfigurationError
+from ..protect.integrity import integrity_from_env
 from .saver import AsyncRedisSaver
 
 __all__ = ["checkpointer", "settings_from_env"]
@@ -88,6 +92,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
                 "set LGD_RETENTION_IDLE (e.g. 30d) or the deprecated LGD_REDIS_TTL, not both"
             )
         settings["retention"] = retention
+    integrity = integrity_from_env(env)
+    if integrity is not None:
+        settings["integrity"] = integrity
     return settings
 
 

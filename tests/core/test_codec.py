@@ -146,7 +146,7 @@ def test_put_put_writes_and_get_tuple_are_one_statement_each() -> None:
     cp = checkpoint(messages=[1])
     put = _requests(
         ops.put(KEY, {"configurable": {"thread_id": "t1"}}, cp, {}, cp["channel_versions"]),
-        [(7, False, ["messages"])],
+        [(7, False, ["messages"], True)],
     )
     assert len(put) == 1 and isinstance(put[0], Query)
     assert ops.epochs.get("acme", "t1") == 7  # the write taught it the thread's epoch

@@ -20,7 +20,7 @@ afterwards:
 
 ``durable_pg_enc``, ``durable_redis_enc_async`` and ``durable_dynamodb_enc_async`` are
 one saver per backend again with envelope encryption on (a local keyring made per
-process).
+process) and the hash chain on (``integrity=``, a chain key made per saver).
 
 ``durable_pg_rls`` is the sync Postgres saver with row-level security on, under the
 role recipe of docs/security.md: a migration role (made per process) owns the schema
@@ -222,11 +222,13 @@ def _encryption() -> Any:
 
 
 @contextmanager
-def durable_pg(encryption: Any = None) -> Iterator[Any]:
+def durable_pg(encryption: Any = None, integrity: Any = None) -> Iterator[Any]:
     from langgraph_durable.postgres import PostgresSaver
 
     with _sync_schema() as (url, schema):
-        with PostgresSaver.from_conn_string(url, schema=schema, encryption=encryption) as saver:
+        with PostgresSaver.from_conn_string(
+            url, schema=schema, encryption=encryption, integrity=integrity
+        ) as saver:
             saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -280,12 +282,12 @@ def durable_redis() -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def durable_redis_async(encryption: Any = None) -> AsyncIterator[Any]:
+async def durable_redis_async(encryption: Any = None, integrity: Any = None) -> AsyncIterator[Any]:
     from langgraph_durable.redis import AsyncRedisSaver
 
     with _redis_prefix() as (url, prefix):
         async with AsyncRedisSaver.from_conn_string(
-            url, prefix=prefix, encryption=encryption
+            url, prefix=prefix, encryption=encryption, integrity=integrity
         ) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
@@ -321,11 +323,15 @@ def durable_dynamodb() -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def durable_dynamodb_async(encryption: Any = None) -> AsyncIterator[Any]:
+async def durable_dynamodb_async(
+    encryption: Any = None, integrity: Any = None
+) -> AsyncIterator[Any]:
     from langgraph_durable.dynamodb import AsyncDynamoDBSaver
 
     with _dynamodb_table() as conn_string:
-        async with AsyncDynamoDBSaver.from_conn_string(conn_string, encryption=encryption) as saver:
+        async with AsyncDynamoDBSaver.from_conn_string(
+            conn_string, encryption=encryption, integrity=integrity
+        ) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -363,7 +369,7 @@ SYNC_FACTORIES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "durable_pg": durable_pg,
     "durable_redis": durable_redis,
     "durable_dynamodb": durable_dynamodb,
-    "durable_pg_enc": lambda: durable_pg(_encryption()),
+    "durable_pg_enc": lambda: durable_pg(_encryption(), secrets.token_bytes(32)),
     "durable_pg_rls": durable_pg_rls,
     "upstream_pg": upstream_pg,
 }
@@ -371,8 +377,10 @@ ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
     "durable_pg_async": durable_pg_async,
     "durable_redis_async": durable_redis_async,
     "durable_dynamodb_async": durable_dynamodb_async,
-    "durable_redis_enc_async": lambda: durable_redis_async(_encryption()),
-    "durable_dynamodb_enc_async": lambda: durable_dynamodb_async(_encryption()),
+    "durable_redis_enc_async": lambda: durable_redis_async(_encryption(), secrets.token_bytes(32)),
+    "durable_dynamodb_enc_async": lambda: durable_dynamodb_async(
+        _encryption(), secrets.token_bytes(32)
+    ),
     "upstream_pg_async": upstream_pg_async,
 }
 #: The test rig's service (see tests/servers.py) each saver needs.

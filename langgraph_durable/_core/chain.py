@@ -1,0 +1,435 @@
+"""Tamper evidence: record tags, the checkpoint hash chain and trim tombstones.
+
+Pure: no I/O. Three layers, all keyed by one secret chain key (HMAC-SHA256):
+
+* **Record tags.** Every payload the record pipeline seals (checkpoint body,
+  metadata, channel blob or delta, pending write, journal entry) ends with a
+  32-byte tag over its record identity, its type and its stored bytes. A byte
+  changed, or a record moved to another identity, fails the tag.
+* **The chain.** Each checkpoint's *digest* is an HMAC over its identity, its
+  parent's id and digest, the tags of its body and metadata, the blob versions
+  it references and the keys of its parent's pending writes known when it was
+  written (``covers``). It is stored with the body, after the body's tag, in a
+  *chain block* that needs no other key to read. Forks chain to their parent,
+  so a thread's history verifies as a DAG.
+* **Tombstones.** Trimming history (``keep_latest``) removes parents that
+  surviving checkpoints link to; the pruner adds to each such survivor's chain
+  block a tombstone signed with the chain key: the removed parent's id and
+  digest, and how many checkpoints were removed (with the first and last id).
+  The survivor's digest is unchanged, so it and its descendants still verify.
+
+Layout of a checkpoint body's stored bytes when the chain is on::
+
+    inner bytes | tag (32) | digest (32) | JSON {"c": covers, "t": tombstone} | u32 len | b"LGC1"
+
+where ``len`` counts the digest and the JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, IntegrityError
+from .records import RecordIdentity, Sealed
+
+__all__ = [
+    "TAG_SIZE",
+    "IntegrityError",
+    "ChainBlock",
+    "Tombstone",
+    "ChainKey",
+    "ChainCache",
+    "chain_key",
+    "split_block",
+    "join_block",
+    "tombstone_bodies",
+]
+
+TAG_SIZE = 32
+_MAGIC = b"LGC1"
+_ZERO = bytes(TAG_SIZE)
+
+
+def _lp(value: str) -> bytes:
+    raw = value.encode()
+    return len(raw).to_bytes(4, "big") + raw
+
+
+def chain_key(value: Any) -> bytes:
+    """The chain key from ``integrity=``: bytes (16 or more), or a hex string."""
+    if isinstance(value, str):
+        try:
+            value = bytes.fromhex(value.strip())
+        except ValueError as exc:
+            raise ConfigurationError("integrity key: a hex string or bytes expected") from exc
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise ConfigurationError(
+            f"integrity= takes the chain key as bytes or hex, got {type(value).__name__}"
+        )
+    if len(value) < 16:
+        raise ConfigurationError("integrity key: at least 16 bytes (32 recommended)")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What a trim removed before a surviving checkpoint (see the module doc)."""
+
+    parent: str
+    digest: bytes
+    count: int
+    first: str
+    last: str
+    mac: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "p": self.parent,
+            "d": self.digest.hex(),
+            "n": self.count,
+            "f": self.first,
+            "l": self.last,
+            "m": self.mac.hex(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Tombstone:
+        try:
+            return cls(
+                str(raw["p"]),
+                bytes.fromhex(raw["d"]),
+                int(raw["n"]),
+                str(raw["f"]),
+                str(raw["l"]),
+                bytes.fromhex(raw["m"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"a chain tombstone is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBlock:
+    """The chain fields stored after a checkpoint body's tag."""
+
+    digest: bytes
+    covers: tuple[tuple[str, int], ...] = ()
+    tombstone: Tombstone | None = None
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {"c": [list(c) for c in self.covers]}
+        if self.tombstone is not None:
+            doc["t"] = self.tombstone.to_json()
+        payload = self.digest + json.dumps(doc, separators=(",", ":")).encode()
+        return payload + len(payload).to_bytes(4, "big") + _MAGIC
+
+
+def split_block(sealed: Sealed) -> tuple[Sealed, ChainBlock | None]:
+    """(the body as the pipeline sealed it, its chain block or None when it has none)."""
+    data = sealed.data
+    if len(data) < 8 or data[-4:] != _MAGIC:
+        return sealed, None
+    size = int.from_bytes(data[-8:-4], "big")
+    start = len(data) - 8 - size
+    if size < TAG_SIZE or start < 0:
+        raise IntegrityError("a checkpoint's chain block is truncated")
+    payload = data[start:-8]
+    try:
+        doc = json.loads(payload[TAG_SIZE:])
+        covers = tuple((str(t), int(i)) for t, i in doc.get("c", ()))
+        tomb = doc.get("t")
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise IntegrityError(f"a checkpoint's chain block is malformed: {exc}") from exc
+    block = ChainBlock(
+        payload[:TAG_SIZE], covers, None if tomb is None else Tombstone.from_json(tomb)
+    )
+    return Sealed(sealed.type, data[:start]), block
+
+
+def join_block(sealed: Sealed, block: ChainBlock) -> Sealed:
+    """The body with ``block`` appended (any block it had is replaced)."""
+    inner, _old = split_block(sealed)
+    return Sealed(inner.type, inner.data + block.encode())
+
+
+class ChainKey:
+    """The keyed functions of the chain (tags, digests, tombstones)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = chain_key(key)
+
+    # ---- record tags -------------------------------------------------------------
+
+    def tag(self, identity: RecordIdentity, type_: str, data: bytes) -> bytes:
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        mac.update(b"lgd-tag/1")
+        for part in (
+            identity.tenant,
+            identity.thread,
+            identity.ns,
+            identity.kind,
+            identity.checkpoint_id,
+            identity.key,
+            identity.version,
+            identity.channel,
+            identity.extra,
+            type_,
+        ):
+            mac.update(_lp(part))
+        mac.update(data)
+        return mac.digest()
+
+    def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
+        """``sealed`` with its tag appended."""
+        return Sealed(sealed.type, sealed.data + self.tag(identity, sealed.type, sealed.data))
+
+    def check(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
+        """The stored bytes without their tag; IntegrityError if the tag does not hold."""
+        data = sealed.data
+        if len(data) < TAG_SIZE:
+            raise IntegrityError(_what(identity, "has no integrity tag"))
+        inner, tag = data[:-TAG_SIZE], data[-TAG_SIZE:]
+        if not hmac.compare_digest(tag, self.tag(identity, sealed.type, inner)):
+            raise IntegrityError(
+                _what(identity, "fails its integrity tag (altered, moved or forged)")
+            )
+        return Sealed(sealed.type, inner)
+
+    # ---- the chain ---------------------------------------------------------------
+
+    def link(
+        self,
+        tenant: str,
+        thread: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        parent_digest: bytes | None,
+        body_tag: bytes,
+        metadata_tag: bytes,
+        refs: Iterable[tuple[str, str]],
+        covers: Iterable[tuple[str, int]],
+    ) -> bytes:
+        """The digest of one checkpoint (see the module doc)."""
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        mac.update(b"lgd-chain/1")
+        for part in (tenant, thread, ns, checkpoint_id, parent_id or ""):
+            mac.update(_lp(part))
+        mac.update(parent_digest if parent_digest is not None else _ZERO)
+        mac.update(body_tag)
+        mac.update(metadata_tag)
+        mac.update(_lp(json.dumps(sorted([str(c), str(v)] for c, v in refs))))
+        mac.update(_lp(json.dumps(sorted([str(t), int(i)] for t, i in covers))))
+        return mac.digest()
+
+    def tombstone(
+        self,
+        tenant: str,
+        thread: str,
+        ns: str,
+        survivor: str,
+        parent: str,
+        digest: bytes,
+        count: int,
+        first: str,
+        last: str,
+    ) -> Tombstone:
+        """A signed tombstone for ``survivor``, whose parent ``parent`` was trimmed."""
+        return Tombstone(
+            parent,
+            digest,
+            count,
+            first,
+            last,
+            self._tomb_mac(tenant, thread, ns, survivor, parent, digest, count, first, last),
+        )
+
+    def tombstone_holds(
+        self, tenant: str, thread: str, ns: str, survivor: str, tomb: Tombstone
+    ) -> bool:
+        want = self._tomb_mac(
+            tenant,
+            thread,
+            ns,
+            survivor,
+            tomb.parent,
+            tomb.digest,
+            tomb.count,
+            tomb.first,
+            tomb.last,
+        )
+        return hmac.compare_digest(want, tomb.mac)
+
+    def _tomb_mac(
+        self,
+        tenant: str,
+        thread: str,
+        ns: str,
+        survivor: str,
+        parent: str,
+        digest: bytes,
+        count: int,
+        first: str,
+        last: str,
+    ) -> bytes:
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        mac.update(b"lgd-tomb/1")
+        for part in (tenant, thread, ns, survivor, parent, str(count), first, last):
+            mac.update(_lp(part))
+        mac.update(digest)
+        return mac.digest()
+
+
+def _what(identity: RecordIdentity, problem: str) -> str:
+    where = identity.checkpoint_id or identity.version or "-"
+    return (
+        f"{identity.kind} record of tenant {identity.tenant!r}, thread {identity.thread!r}, "
+        f"namespace {identity.ns!r} ({where}, key {identity.key or '-'}) {problem}"
+    )
+
+
+@dataclass
+class _Known:
+    digest: bytes | None  # None: writes seen before the checkpoint's own put ended
+    writes: set[tuple[str, int]] = field(default_factory=set)
+
+
+class ChainCache:
+    """Digests and pending-write keys of recently written or read checkpoints.
+
+    ``put`` needs its parent's digest and the keys of the parent's writes;
+    LangGraph reads a thread's latest checkpoint before it runs on it and then
+    writes each checkpoint after its parent, so these are nearly always here.
+    On a miss the saver reads the parent first (one extra round trip).
+    Bounded (least recently used first out); thread-safe.
+    """
+
+    def __init__(self, size: int = 20_000) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, str, str, str], _Known] = OrderedDict()
+        self._lock = threading.Lock()
+        # put_writes calls under way, per checkpoint: a put of a child waits for them
+        self._pending: dict[tuple[str, str, str, str], int] = {}
+
+    def get(
+        self, scope: tuple[str, str, str], checkpoint_id: str
+    ) -> tuple[bytes, tuple[tuple[str, int], ...]] | None:
+        with self._lock:
+            known = self._items.get((*scope, checkpoint_id))
+            if known is None or known.digest is None:
+                return None
+            self._items.move_to_end((*scope, checkpoint_id))
+            return known.digest, tuple(sorted(known.writes))
+
+    def put(
+        self,
+        scope: tuple[str, str, str],
+        checkpoint_id: str,
+        digest: bytes,
+        writes: Iterable[tuple[str, int]] = (),
+    ) -> None:
+        with self._lock:
+            k = (*scope, checkpoint_id)
+            known = self._items.get(k)
+            if known is None or (known.digest is not None and known.digest != digest):
+                known = _Known(digest)
+                self._items[k] = known
+            known.digest = digest
+            known.writes.update(writes)
+            self._items.move_to_end(k)
+            self._trim()
+
+    def _trim(self) -> None:
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def add_writes(
+        self, scope: tuple[str, str, str], checkpoint_id: str, writes: Iterable[tuple[str, int]]
+    ) -> None:
+        with self._lock:
+            k = (*scope, checkpoint_id)
+            known = self._items.get(k)
+            if known is None:  # the checkpoint's own put may not have ended yet
+                known = self._items[k] = _Known(None)
+                self._trim()
+            known.writes.update(writes)
+
+    def writes_begin(self, scope: tuple[str, str, str], checkpoint_id: str) -> None:
+        """A ``put_writes`` of ``checkpoint_id`` started (LangGraph runs them in the
+        background, next to the put of the child that should cover them)."""
+        with self._lock:
+            k = (*scope, checkpoint_id)
+            self._pending[k] = self._pending.get(k, 0) + 1
+
+    def writes_end(self, scope: tuple[str, str, str], checkpoint_id: str) -> None:
+        with self._lock:
+            k = (*scope, checkpoint_id)
+            left = self._pending.get(k, 0) - 1
+            if left > 0:
+                self._pending[k] = left
+            else:
+                self._pending.pop(k, None)
+
+    def writes_pending(self, scope: tuple[str, str, str], checkpoint_id: str) -> bool:
+        with self._lock:
+            return (*scope, checkpoint_id) in self._pending
+
+    def forget(self, tenant: str, thread: str) -> None:
+        with self._lock:
+            for k in [k for k in self._items if k[0] == tenant and k[1] == thread]:
+                del self._items[k]
+
+
+def tombstone_bodies(
+    chain: ChainKey,
+    tenant: str,
+    thread: str,
+    ns: str,
+    survivors: dict[str, tuple[str | None, Sealed]],
+    removed: dict[str, Sealed | None],
+) -> dict[str, Sealed]:
+    """The new bodies of surviving checkpoints whose parent a trim removes.
+
+    Args:
+        chain: The chain key (the saver's ``codec.chain``).
+        tenant, thread, ns: Where the trim happens (one namespace).
+        survivors: checkpoint id -> (parent id, stored body) of the checkpoints
+            that stay. Only those whose parent is in ``removed`` need be given.
+        removed: checkpoint id -> stored body (None if not read) of every
+            checkpoint of the namespace the trim removes.
+
+    Returns:
+        checkpoint id -> the body to store instead (the same payload and tag,
+        its chain block now carrying a signed tombstone). A survivor whose
+        body or removed parent has no chain block (written without
+        ``integrity=``) is left as it is. Write these before deleting the
+        removed checkpoints: a tombstone next to a parent still present is
+        harmless, a missing parent without one reads as tampering.
+    """
+    if not removed:
+        return {}
+    ids = sorted(removed)
+    out: dict[str, Sealed] = {}
+    for survivor, (parent, body) in survivors.items():
+        if not parent or parent not in removed:
+            continue
+        parent_body = removed[parent]
+        if parent_body is None:
+            continue
+        _inner, parent_block = split_block(parent_body)
+        _inner, block = split_block(body)
+        if parent_block is None or block is None:
+            continue
+        tomb = chain.tombstone(
+            tenant, thread, ns, survivor, parent, parent_block.digest, len(ids), ids[0], ids[-1]
+        )
+        out[survivor] = join_block(body, ChainBlock(block.digest, block.covers, tomb))
+    return out
