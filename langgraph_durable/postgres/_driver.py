@@ -4,17 +4,15 @@ The only module of the Postgres backend that talks to the database. It owns
 connection handling (a connection, a pool, or a URL), autocommit, prepared
 statements, and the translation of psycopg errors into ours.
 
-A statement with settings (row-level security: the tenant) is sent as one
-simple-protocol query string, ``SELECT set_config(...); <statement>``, with the
-parameters bound client-side: one round trip, the two run in order in one
-(implicit or enclosing) transaction, so the settings are local to it. (Pipeline
-mode does the same in one round trip but costs about twice the client CPU.)
+A statement with settings (row-level security: the tenant) is sent in pipeline
+mode: ``set_config(...)``, the statement and one Sync leave together and come
+back together, one round trip, with the settings local to the (implicit or
+enclosing) transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -160,12 +158,13 @@ class SyncConnector:
             return _fetch(cur, q.fetch)
 
     def _execute_with_settings(self, conn: Connection[Any], q: Query, prepare: bool) -> Any:
-        # One query string (see the module docstring); the cursor moves on to the
-        # statement's own result.
-        with psycopg.ClientCursor(conn, row_factory=tuple_row) as cur:
-            cur.execute(_with_settings_sql(cur, q))
-            while cur.nextset():
-                pass
+        # The pipeline's exit sends the one Sync and reads every result back; the
+        # cursor keeps the last statement's.
+        setter, setter_params = q.setter()
+        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            with conn.pipeline():
+                cur.execute(setter, setter_params, prepare=prepare)
+                cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
             return _fetch(cur, q.fetch)
 
     def close(self) -> None:
@@ -184,23 +183,6 @@ def _autocommit(conn: Connection[Any]) -> Iterator[None]:
     finally:
         if conn.info.transaction_status == TransactionStatus.IDLE:
             conn.autocommit = False
-
-
-_BINARY_PLACEHOLDER = re.compile(r"%(\([^)]*\))?b")
-_TEXT_SQL: dict[str, str] = {}
-
-
-def _with_settings_sql(cur: Any, q: Query) -> str:
-    """``SELECT set_config(...); <statement>`` with every parameter bound as a literal."""
-    sql = _TEXT_SQL.get(q.sql)
-    if sql is None:  # client-side binding has no binary parameters
-        sql = _BINARY_PLACEHOLDER.sub(lambda m: f"%{m.group(1) or ''}s", q.sql)
-        if len(_TEXT_SQL) < 512:
-            _TEXT_SQL[q.sql] = sql
-    setter, setter_params = q.setter()
-    head = cur.mogrify(setter, setter_params)
-    body = cur.mogrify(sql, q.params or None) if q.params else sql
-    return f"{head}; {body}"
 
 
 def _fetch(cur: psycopg.Cursor[Any], fetch: str) -> Any:
@@ -372,10 +354,11 @@ class AsyncConnector:
         self, conn: AsyncConnection[Any], q: Query, prepare: bool
     ) -> Any:
         # One round trip: see SyncConnector._execute_with_settings.
-        async with psycopg.AsyncClientCursor(conn, row_factory=tuple_row) as cur:
-            await cur.execute(_with_settings_sql(cur, q))
-            while cur.nextset():
-                pass
+        setter, setter_params = q.setter()
+        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            async with conn.pipeline():
+                await cur.execute(setter, setter_params, prepare=prepare)
+                await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
             return await _afetch(cur, q.fetch)
 
     async def close(self) -> None:
