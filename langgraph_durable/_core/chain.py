@@ -27,6 +27,7 @@ where ``len`` counts the digest and the JSON.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -169,23 +170,8 @@ class ChainKey:
     # ---- record tags -------------------------------------------------------------
 
     def tag(self, identity: RecordIdentity, type_: str, data: bytes) -> bytes:
-        mac = hmac.new(self._key, digestmod=hashlib.sha256)
-        mac.update(b"lgd-tag/1")
-        for part in (
-            identity.tenant,
-            identity.thread,
-            identity.ns,
-            identity.kind,
-            identity.checkpoint_id,
-            identity.key,
-            identity.version,
-            identity.channel,
-            identity.extra,
-            type_,
-        ):
-            mac.update(_lp(part))
-        mac.update(data)
-        return mac.digest()
+        # one-shot HMAC over the identity's (cached) encoding and the bytes
+        return hmac.digest(self._key, _tag_head(identity, type_) + data, "sha256")
 
     def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """``sealed`` with its tag appended."""
@@ -288,6 +274,25 @@ class ChainKey:
         return mac.digest()
 
 
+@functools.lru_cache(maxsize=8192)
+def _tag_head(identity: RecordIdentity, type_: str) -> bytes:
+    """What a tag binds besides the bytes: every identity field and the type, unambiguously."""
+    fields = [
+        identity.tenant,
+        identity.thread,
+        identity.ns,
+        identity.kind,
+        identity.checkpoint_id,
+        identity.key,
+        identity.version,
+        identity.channel,
+        identity.extra,
+        type_,
+    ]
+    head = json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
+    return b"lgd-tag/1" + len(head).to_bytes(4, "big") + head
+
+
 def _what(identity: RecordIdentity, problem: str) -> str:
     where = identity.checkpoint_id or identity.version or "-"
     return (
@@ -316,8 +321,6 @@ class ChainCache:
         self._size = size
         self._items: OrderedDict[tuple[str, str, str, str], _Known] = OrderedDict()
         self._lock = threading.Lock()
-        # put_writes calls under way, per checkpoint: a put of a child waits for them
-        self._pending: dict[tuple[str, str, str, str], int] = {}
 
     def get(
         self, scope: tuple[str, str, str], checkpoint_id: str
@@ -361,26 +364,6 @@ class ChainCache:
                 known = self._items[k] = _Known(None)
                 self._trim()
             known.writes.update(writes)
-
-    def writes_begin(self, scope: tuple[str, str, str], checkpoint_id: str) -> None:
-        """A ``put_writes`` of ``checkpoint_id`` started (LangGraph runs them in the
-        background, next to the put of the child that should cover them)."""
-        with self._lock:
-            k = (*scope, checkpoint_id)
-            self._pending[k] = self._pending.get(k, 0) + 1
-
-    def writes_end(self, scope: tuple[str, str, str], checkpoint_id: str) -> None:
-        with self._lock:
-            k = (*scope, checkpoint_id)
-            left = self._pending.get(k, 0) - 1
-            if left > 0:
-                self._pending[k] = left
-            else:
-                self._pending.pop(k, None)
-
-    def writes_pending(self, scope: tuple[str, str, str], checkpoint_id: str) -> bool:
-        with self._lock:
-            return (*scope, checkpoint_id) in self._pending
 
     def forget(self, tenant: str, thread: str) -> None:
         with self._lock:

@@ -666,7 +666,7 @@ class CheckpointCodec:
 
 def delta_identity(identity: RecordIdentity, base: str, prefix: int) -> RecordIdentity:
     """The identity a delta's items are sealed under: it also binds the base and prefix."""
-    return RecordIdentity(
+    return RecordIdentity(  # positional: dataclasses.replace is slow on the read path
         identity.tenant,
         identity.thread,
         identity.ns,
