@@ -403,9 +403,7 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
     ) -> Operation[Any]:
         key = self._key(config)
         parent = config["configurable"].get("checkpoint_id")
-        codec: CheckpointCodec = self._ops.codec
-        cache = codec.chain_cache
-        if cache is None:
+        if not self._ops.codec.chain_needs_parent(key, parent):
             return self._keyed(
                 _Call(
                     key.tenant,
@@ -415,15 +413,14 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
                 )
             )
 
+        # The hash chain needs the parent's digest and this process has not seen
+        # the parent: read it first (the read fills the codec's chain cache). The
+        # chain covers the parent's pending writes stored by then (LangGraph writes
+        # a step's writes next to the next checkpoint; waiting for them cost 10-20%
+        # of graph steps/s, so a write stored later is covered by its own tag only).
         def make() -> Operation[Any]:
-            # The hash chain needs the parent's digest: read the parent when this
-            # process has not seen it. It covers the parent's pending writes stored
-            # by then (LangGraph writes a step's writes next to the next checkpoint:
-            # waiting for them cost 10-20% of graph steps/s, so a write stored later
-            # is covered by its own tag only).
             def steps() -> Generator[Any, Any, Any]:
-                if codec.chain_needs_parent(key, parent):
-                    yield from self._ops.get_tuple(key, parent).steps
+                yield from self._ops.get_tuple(key, parent).steps
                 put = self._ops.put(key, config, checkpoint, metadata, new_versions)
                 return (yield from put.steps)
 

@@ -66,9 +66,6 @@ class _TagOnly:
     def __init__(self, chain: ChainKey) -> None:
         self.chain = chain
 
-    def __getattr__(self, name: str) -> Any:
-        raise IntegrityError(f"the audit opens no payload (asked for {name})")
-
 
 class AuditCodec(CheckpointCodec):
     """A codec whose ``decode`` checks and collects instead of rebuilding tuples."""

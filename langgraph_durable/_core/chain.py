@@ -27,6 +27,7 @@ where ``len`` counts the digest and the JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -274,21 +275,15 @@ class ChainKey:
         return mac.digest()
 
 
+#: RecordIdentity's fields in declaration order (tenant, thread, ns, kind, checkpoint_id,
+#: key, version, channel, extra): what a tag binds.
+_IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(RecordIdentity))
+
+
 @functools.lru_cache(maxsize=8192)
 def _tag_head(identity: RecordIdentity, type_: str) -> bytes:
     """What a tag binds besides the bytes: every identity field and the type, unambiguously."""
-    fields = [
-        identity.tenant,
-        identity.thread,
-        identity.ns,
-        identity.kind,
-        identity.checkpoint_id,
-        identity.key,
-        identity.version,
-        identity.channel,
-        identity.extra,
-        type_,
-    ]
+    fields = [*(getattr(identity, name) for name in _IDENTITY_FIELDS), type_]
     head = json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
     return b"lgd-tag/1" + len(head).to_bytes(4, "big") + head
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._core.chain import ChainKey, chain_key
+from .._core.chain import TAG_SIZE, ChainKey, chain_key
 from .._core.codec import RecordPipeline
 from .._core.records import RecordIdentity, Sealed
 from ..errors import ConfigurationError
@@ -24,24 +24,15 @@ INTEGRITY_KEY_ENV = "LGD_INTEGRITY_KEY"
 
 
 def resolve_integrity(value: Any) -> ChainKey | None:
-    """``integrity=`` as a saver takes it: None, a ChainKey, bytes, hex, or a keyring.
-
-    A keyring (anything with ``index_secret()`` or ``chain_key()``) supplies
-    the chain key itself.
-    """
+    """``integrity=`` as a saver takes it: None, a ChainKey, or the key as bytes or hex."""
     if value is None or value is False:
         return None
     if isinstance(value, ChainKey):
         return value
-    for name in ("chain_key", "integrity_key"):
-        getter = getattr(value, name, None)
-        if callable(getter):
-            return ChainKey(chain_key(getter()))
     if isinstance(value, bytes | bytearray | memoryview | str):
         return ChainKey(chain_key(value))
     raise ConfigurationError(
-        f"integrity= takes a chain key (bytes or hex) or a keyring with chain_key(), "
-        f"got {type(value).__name__}"
+        f"integrity= takes the chain key as bytes or hex, got {type(value).__name__}"
     )
 
 
@@ -85,10 +76,6 @@ class IntegrityPipeline:
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
         return self.chain.seal(identity, self.base.seal_serialized(identity, serialized))
 
-    def check(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
-        """The payload without its tag (IntegrityError when the tag does not hold)."""
-        return self.chain.check(identity, sealed)
-
     def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
         return self.base.open(identity, self.chain.check(identity, sealed))
 
@@ -107,10 +94,8 @@ class IntegrityPipeline:
         stored_index: dict[str, Any] | None,
         sealed: Sealed,
     ) -> None:
-        inner = Sealed(sealed.type, sealed.data[: -self.chain_tag_size])
+        inner = Sealed(sealed.type, sealed.data[:-TAG_SIZE])
         self.base.check_metadata(identity, metadata, stored_index, inner)
-
-    chain_tag_size = 32
 
     def effect_id(self, tenant: str, material: bytes) -> str:
         return self.base.effect_id(tenant, material)  # type: ignore[no-any-return]
