@@ -24,15 +24,25 @@ INTEGRITY_KEY_ENV = "LGD_INTEGRITY_KEY"
 
 
 def resolve_integrity(value: Any) -> ChainKey | None:
-    """``integrity=`` as a saver takes it: None, a ChainKey, or the key as bytes or hex."""
+    """``integrity=`` as a saver takes it.
+
+    None (off), a ChainKey, the key as bytes or hex, or a keyring that holds a
+    chain key (``LocalKeyring(..., chain=ID)``, ``KmsKeyring(..., chain_key_id=...)``;
+    anything with a ``chain_key()`` method), asked once here.
+    """
     if value is None or value is False:
         return None
     if isinstance(value, ChainKey):
         return value
     if isinstance(value, bytes | bytearray | memoryview | str):
         return ChainKey(chain_key(value))
+    getter = getattr(value, "chain_key", None)
+    if callable(getter):
+        return ChainKey(chain_key(getter()))
     raise ConfigurationError(
-        f"integrity= takes the chain key as bytes or hex, got {type(value).__name__}"
+        "integrity= takes the chain key as bytes or hex, or a keyring with a chain key "
+        f"(LocalKeyring(..., chain=ID), KmsKeyring(..., chain_key_id=...)), "
+        f"got {type(value).__name__}"
     )
 
 

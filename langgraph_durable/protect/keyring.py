@@ -12,6 +12,13 @@ KEK) in the backend, and unwrapped once per cache window
 
 Every wrap is bound to ``(tenant, data-key version)``: a wrapped key copied to
 another tenant does not unwrap.
+
+A keyring can also hold the *chain key* of ``integrity=`` (tamper evidence, see
+:mod:`langgraph_durable.protect.integrity`): unlike the KEKs it never rotates, since
+every digest of every stored history is signed with it. :class:`LocalKeyring` derives
+it from the key named by ``chain=``, which must stay in the keyring through rotations;
+:class:`KmsKeyring` asks KMS for an HMAC under an HMAC KMS key (``chain_key_id=``),
+whose key material AWS never rotates and never exports.
 """
 
 from __future__ import annotations
@@ -25,14 +32,25 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..errors import ConfigurationError, DecryptionError, KeyringError
 
-__all__ = ["KeyProvider", "GeneratedKey", "LocalKeyring", "KmsKeyring", "DATA_KEY_BYTES"]
+__all__ = [
+    "KeyProvider",
+    "ChainKeySource",
+    "GeneratedKey",
+    "LocalKeyring",
+    "KmsKeyring",
+    "DATA_KEY_BYTES",
+]
 
 DATA_KEY_BYTES = 32
 _WRAP_NONCE = 12
+#: What the chain key is derived from (LocalKeyring: HKDF info; KMS: the MAC's message).
+_CHAIN_INFO = b"langgraph-durable/chain-key/1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,18 @@ class KeyProvider(Protocol):
         ...
 
 
+class ChainKeySource(Protocol):
+    """A keyring that can give the (non-rotating) chain key of ``integrity=``."""
+
+    def chain_key(self) -> bytes:
+        """32 bytes, the same on every call and in every process with the same keyring."""
+        ...
+
+
+def _derive_chain_key(kek: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_CHAIN_INFO).derive(kek)
+
+
 def _wrap_aad(tenant: str, version: int) -> bytes:
     t = tenant.encode()
     return b"lgd-data-key/1" + len(t).to_bytes(4, "big") + t + version.to_bytes(8, "big")
@@ -77,12 +107,17 @@ class LocalKeyring:
             are stored next to each wrapped data key.
         active: The id of the key that wraps new data keys (and the target of
             ``rotate-keys``). The others still unwrap what they wrapped.
+        chain: The id of the key the chain key of ``integrity=`` is derived from
+            (HKDF-SHA256, its own label, so it is never the KEK itself). Rotating
+            the KEKs does not change it, as long as this key stays in the keyring
+            under this id; ``None`` (the default) means this keyring has no chain
+            key and ``integrity=keyring`` is refused.
 
     Raises:
         ConfigurationError: A key is not 32 bytes, or ``active`` is not in ``keys``.
     """
 
-    def __init__(self, keys: Mapping[str, bytes], active: str) -> None:
+    def __init__(self, keys: Mapping[str, bytes], active: str, *, chain: str | None = None) -> None:
         if not isinstance(keys, Mapping) or not keys:
             raise ConfigurationError("LocalKeyring needs a non-empty mapping of key id -> 32 bytes")
         checked: dict[str, AESGCM] = {}
@@ -103,11 +138,17 @@ class LocalKeyring:
             raise ConfigurationError(
                 f"LocalKeyring active key {active!r} is not one of its keys {sorted(checked)}"
             )
+        if chain is not None and chain not in checked:
+            raise ConfigurationError(
+                f"LocalKeyring chain key {chain!r} is not one of its keys {sorted(checked)}"
+            )
         self._keys = checked
         self.active = active
+        self.chain = chain
+        self._chain_key = None if chain is None else _derive_chain_key(bytes(keys[chain]))
 
     @classmethod
-    def from_env(cls, name: str = "LGD_KEYRING") -> LocalKeyring:
+    def from_env(cls, name: str = "LGD_KEYRING", *, chain: str | None = None) -> LocalKeyring:
         """A keyring from an environment variable (for servers and cron jobs).
 
         The format is ``ID=BASE64[,ID=BASE64...]``: comma-separated entries of a
@@ -116,6 +157,8 @@ class LocalKeyring:
         holds the same text. Example::
 
             LGD_KEYRING="k2=$(head -c32 /dev/urandom | base64),k1=<old key>"
+
+        ``chain`` names the key the chain key is derived from (see the class).
 
         Raises:
             ConfigurationError: The variable is unset or malformed.
@@ -126,10 +169,12 @@ class LocalKeyring:
                 f"environment variable {name} is not set: give it ID=BASE64[,ID=BASE64...] "
                 "(the first key is active)"
             )
-        return cls.from_text(text, source=name)
+        return cls.from_text(text, source=name, chain=chain)
 
     @classmethod
-    def from_text(cls, text: str, *, source: str = "keyring text") -> LocalKeyring:
+    def from_text(
+        cls, text: str, *, source: str = "keyring text", chain: str | None = None
+    ) -> LocalKeyring:
         """A keyring from the ``ID=BASE64[,...]`` text of :meth:`from_env`."""
         text = text.strip()
         if text.startswith("@"):
@@ -157,7 +202,21 @@ class LocalKeyring:
             active = active or key_id
         if active is None:
             raise ConfigurationError(f"{source}: no keys (expected ID=BASE64[,ID=BASE64...])")
-        return cls(keys, active)
+        return cls(keys, active, chain=chain)
+
+    def chain_key(self) -> bytes:
+        """The chain key of ``integrity=``, derived from the key named by ``chain=``.
+
+        Raises:
+            ConfigurationError: The keyring was made without ``chain=``.
+        """
+        if self._chain_key is None:
+            raise ConfigurationError(
+                "this LocalKeyring has no chain key: name the key that signs the hash chain, "
+                "LocalKeyring(keys, active, chain=ID), and keep that key in the keyring after "
+                "rotations (the chain key must never change)"
+            )
+        return self._chain_key
 
     def active_key_id(self, tenant: str) -> str:
         return self.active
@@ -200,22 +259,40 @@ class KmsKeyring:
         client: A boto3 KMS client (default: ``boto3.client("kms")``, made on
             first use).
 
+        chain_key_id: An HMAC KMS key (``KeySpec=HMAC_256``,
+            ``KeyUsage=GENERATE_VERIFY_MAC``) for ``integrity=keyring``: the chain
+            key is its ``GenerateMac`` of a fixed label, asked once per saver. HMAC
+            KMS keys never rotate, so the chain key stays the same; ``None`` (the
+            default) means this keyring has no chain key.
+
     Calls: ``GenerateDataKey`` once per new data-key version, ``Decrypt`` once
     per data key and cache window, ``Encrypt`` (with ``Decrypt``) per data key
-    on ``rotate-keys``. The encryption context is
+    on ``rotate-keys``, ``GenerateMac`` once per :meth:`chain_key`. The encryption context is
     ``{"lgd:tenant": tenant, "lgd:dk-version": version}``, so a policy can
     restrict a principal to its tenants.
     """
 
-    def __init__(self, key_id: str | Callable[[str], str], *, client: Any = None) -> None:
+    def __init__(
+        self,
+        key_id: str | Callable[[str], str],
+        *,
+        client: Any = None,
+        chain_key_id: str | None = None,
+    ) -> None:
         if not (callable(key_id) or (isinstance(key_id, str) and key_id)):
             raise ConfigurationError(
                 f"KmsKeyring key_id must be a key id/ARN/alias or a callable tenant -> key id, "
                 f"got {key_id!r}"
             )
+        if chain_key_id is not None and not (isinstance(chain_key_id, str) and chain_key_id):
+            raise ConfigurationError(
+                f"KmsKeyring chain_key_id must be an HMAC KMS key id, ARN or alias, "
+                f"got {chain_key_id!r}"
+            )
         self._key_id = key_id
         self._client = client
         self._lock = threading.Lock()
+        self.chain_key_id = chain_key_id
 
     @property
     def client(self) -> Any:
@@ -252,6 +329,31 @@ class KmsKeyring:
                     "deleted, or not the one that wrapped this data key"
                 ) from exc
             raise KeyringError(f"KMS {what} failed for tenant {tenant!r}: {exc}") from exc
+
+    def chain_key(self) -> bytes:
+        """The chain key of ``integrity=``: KMS's HMAC-SHA256 of a fixed label.
+
+        Raises:
+            ConfigurationError: The keyring was made without ``chain_key_id=``.
+            KeyringError: KMS refused (not an HMAC key, no permission, unreachable).
+        """
+        if self.chain_key_id is None:
+            raise ConfigurationError(
+                "this KmsKeyring has no chain key: give it chain_key_id= (an HMAC KMS key, "
+                "KeySpec HMAC_256, KeyUsage GENERATE_VERIFY_MAC)"
+            )
+        try:
+            out = self.client.generate_mac(
+                KeyId=self.chain_key_id, MacAlgorithm="HMAC_SHA_256", Message=_CHAIN_INFO
+            )
+        except Exception as exc:
+            raise KeyringError(
+                f"KMS GenerateMac with chain key {self.chain_key_id!r} failed: {exc}"
+            ) from exc
+        mac = bytes(out["Mac"])
+        if len(mac) != 32:
+            raise KeyringError(f"KMS GenerateMac returned {len(mac)} bytes, 32 expected")
+        return mac
 
     def generate(self, tenant: str, version: int) -> GeneratedKey:
         key_id = self.active_key_id(tenant)
