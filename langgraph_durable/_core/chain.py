@@ -28,10 +28,11 @@ where ``len`` counts the digest and the JSON.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import hmac
 import json
+import operator
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, IntegrityError
+from .hashing import feed
 from .records import RecordIdentity, Sealed
 
 __all__ = [
@@ -60,7 +62,7 @@ _ZERO = bytes(TAG_SIZE)
 
 
 def _lp(value: str) -> bytes:
-    raw = value.encode()
+    raw = value.encode("utf-8", "surrogatepass")
     return len(raw).to_bytes(4, "big") + raw
 
 
@@ -162,17 +164,45 @@ def join_block(sealed: Sealed, block: ChainBlock) -> Sealed:
     return Sealed(inner.type, inner.data + block.encode())
 
 
+_BLOCK = 64  # SHA-256's block size
+
+
+class _Mac:
+    """HMAC-SHA256 (RFC 2104) under one key, the padded key's states computed once.
+
+    Not ``hmac.digest``: that lets go of the GIL on every call (see ``hashing``).
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _BLOCK:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+
+    def digest(self, *parts: bytes) -> bytes:
+        inner = self._inner.copy()
+        for part in parts:
+            feed(inner, part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 class ChainKey:
     """The keyed functions of the chain (tags, digests, tombstones)."""
 
     def __init__(self, key: bytes) -> None:
         self._key = chain_key(key)
+        self._mac = _Mac(self._key)
 
     # ---- record tags -------------------------------------------------------------
 
     def tag(self, identity: RecordIdentity, type_: str, data: bytes) -> bytes:
-        # one-shot HMAC over the identity's (cached) encoding and the bytes
-        return hmac.digest(self._key, _tag_head(identity, type_) + data, "sha256")
+        """HMAC over the identity's encoding, the type and the bytes."""
+        return self._mac.digest(_tag_head(identity, type_), data)
 
     def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """``sealed`` with its tag appended."""
@@ -206,16 +236,23 @@ class ChainKey:
         covers: Iterable[tuple[str, int]],
     ) -> bytes:
         """The digest of one checkpoint (see the module doc)."""
-        mac = hmac.new(self._key, digestmod=hashlib.sha256)
-        mac.update(b"lgd-chain/1")
-        for part in (tenant, thread, ns, checkpoint_id, parent_id or ""):
-            mac.update(_lp(part))
-        mac.update(parent_digest if parent_digest is not None else _ZERO)
-        mac.update(body_tag)
-        mac.update(metadata_tag)
-        mac.update(_lp(json.dumps(sorted([str(c), str(v)] for c, v in refs))))
-        mac.update(_lp(json.dumps(sorted([str(t), int(i)] for t, i in covers))))
-        return mac.digest()
+        return self._mac.digest(
+            b"".join(
+                (
+                    b"lgd-chain/2",
+                    _lp(tenant),
+                    _lp(thread),
+                    _lp(ns),
+                    _lp(checkpoint_id),
+                    _lp(parent_id or ""),
+                    parent_digest if parent_digest is not None else _ZERO,
+                    body_tag,
+                    metadata_tag,
+                    _pairs(refs),
+                    _pairs((t, int(i)) for t, i in covers),
+                )
+            )
+        )
 
     def tombstone(
         self,
@@ -278,14 +315,27 @@ class ChainKey:
 #: RecordIdentity's fields in declaration order (tenant, thread, ns, kind, checkpoint_id,
 #: key, version, channel, extra): what a tag binds.
 _IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(RecordIdentity))
+_identity_fields = operator.attrgetter(*_IDENTITY_FIELDS)
+#: The lengths of the identity's fields and the type, as u32 big-endian.
+_HEAD_LENGTHS = struct.Struct(f">{len(_IDENTITY_FIELDS) + 1}I")
 
 
-@functools.lru_cache(maxsize=8192)
 def _tag_head(identity: RecordIdentity, type_: str) -> bytes:
-    """What a tag binds besides the bytes: every identity field and the type, unambiguously."""
-    fields = [*(getattr(identity, name) for name in _IDENTITY_FIELDS), type_]
-    head = json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
-    return b"lgd-tag/1" + len(head).to_bytes(4, "big") + head
+    """What a tag binds besides the bytes: every identity field and the type, unambiguously
+    (their lengths, then their UTF-8 bytes)."""
+    parts = [v.encode("utf-8", "surrogatepass") for v in _identity_fields(identity)]
+    parts.append(type_.encode("utf-8", "surrogatepass"))
+    return b"lgd-tag/2" + _HEAD_LENGTHS.pack(*map(len, parts)) + b"".join(parts)
+
+
+def _pairs(pairs: Iterable[tuple[Any, Any]]) -> bytes:
+    """A sorted set of (str, str) pairs, length-prefixed (the chain's refs and covers)."""
+    items = sorted((str(a), str(b)) for a, b in pairs)
+    out = [len(items).to_bytes(4, "big")]
+    for a, b in items:
+        out.append(_lp(a))
+        out.append(_lp(b))
+    return b"".join(out)
 
 
 def _what(identity: RecordIdentity, problem: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hmac
+import os
 
 import pytest
 
@@ -11,6 +13,7 @@ from langgraph_durable._core.chain import (
     ChainBlock,
     ChainCache,
     ChainKey,
+    _Mac,
     chain_key,
     join_block,
     split_block,
@@ -160,3 +163,12 @@ def test_cache_is_bounded_and_forgets_threads() -> None:
     assert cache.get(("tn", "t", ""), "c4") == (bytes([4]) * 32, (("task", 0), ("task", 1)))
     cache.forget("tn", "t")
     assert cache.get(("tn", "t", ""), "c4") is None
+
+
+@pytest.mark.parametrize("key_size", [16, 32, 64, 65, 200])
+@pytest.mark.parametrize("sizes", [(0,), (10, 2047), (2048,), (5000, 1), (100_000, 4095, 3)])
+def test_mac_is_hmac_sha256(key_size: int, sizes: tuple[int, ...]) -> None:
+    """The GIL-holding MAC is RFC 2104 HMAC-SHA256 of its parts' concatenation."""
+    key = os.urandom(key_size)
+    parts = [os.urandom(n) for n in sizes]
+    assert _Mac(key).digest(*parts) == hmac.digest(key, b"".join(parts), "sha256")
