@@ -21,6 +21,7 @@ __all__ = [
     "CheckpointConflictError",
     "CorruptRecordError",
     "IntegrityError",
+    "ChainKeyRequiredError",
     "UnsupportedOperationError",
     "DecryptionError",
     "KeyringError",
@@ -40,6 +41,15 @@ class ConfigurationError(DurableError, ValueError):
     """A saver or tool was configured with a value it cannot use.
 
     The message names the bad value and how to fix it.
+    """
+
+
+class ChainKeyRequiredError(ConfigurationError):
+    """A trim would remove checkpoints of a hash-chained history without the chain key.
+
+    ``keep_latest`` leaves a signed tombstone in each survivor whose parent goes, so
+    that the thread still verifies; without the key (``integrity=``, or
+    ``LGD_INTEGRITY_KEY`` for the command line) it cannot, so nothing is trimmed.
     """
 
 

@@ -19,8 +19,10 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,10 +30,11 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
+from langgraph_durable import Retention
 from langgraph_durable._core.chain import split_block
 from langgraph_durable._core.records import Sealed
 from langgraph_durable.cli import main
-from langgraph_durable.errors import IntegrityError
+from langgraph_durable.errors import ChainKeyRequiredError, IntegrityError
 from tests.effects.conftest import BACKENDS, make_spec
 from tests.integrity_helpers import (
     LONG,
@@ -397,6 +400,42 @@ def test_pruned_thread_still_verifies(
     assert code == 0, out
     code, out, err = verify(spec, capsys, monkeypatch)
     assert code == 0, out + err
+
+
+def test_trim_without_the_chain_key_is_refused_and_removes_nothing(
+    spec: SaverSpec, built: Built, capsys: Any, monkeypatch: Any
+) -> None:
+    """A pruner without the key would trim without tombstones and break the chain for good."""
+    a = {"configurable": {"thread_id": built.a}}
+    with saver_of(spec, integrity=None) as saver:
+        with pytest.raises(ChainKeyRequiredError, match="chain key"):
+            saver.prune([built.a], strategy="keep_latest")
+        with pytest.raises(ChainKeyRequiredError):
+            saver.prune_expired(
+                Retention(idle=timedelta(seconds=1), strategy="keep_latest"),
+                now=time.time() + 3600,
+            )
+    # the cron job without LGD_INTEGRITY_KEY: bad usage, says why, removes nothing
+    monkeypatch.delenv("LGD_INTEGRITY_KEY", raising=False)
+    time.sleep(1.1)
+    capsys.readouterr()
+    code = main(["prune", *target_args(spec), "--idle", "1s", "--strategy", "keep-latest"])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "LGD_INTEGRITY_KEY" in out + err, out + err
+    with saver_of(spec) as saver:
+        assert len(list(saver.list(a))) == len(built.ids)
+    code, out = verify_thread(spec, capsys, monkeypatch, built.a)
+    assert code == 0, out
+    # with the key the same command trims, and the thread still verifies
+    monkeypatch.setenv("LGD_INTEGRITY_KEY", KEY.hex())
+    code = main(["prune", *target_args(spec), "--idle", "1s", "--strategy", "keep-latest"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    with saver_of(spec) as saver:
+        assert 0 < len(list(saver.list(a))) < len(built.ids)
+    code, out = verify_thread(spec, capsys, monkeypatch, built.a)
+    assert code == 0, out
 
 
 def test_deleted_thread_verifies_and_is_gone(

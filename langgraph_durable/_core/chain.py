@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, IntegrityError
+from ..errors import ChainKeyRequiredError, ConfigurationError, IntegrityError
 from .hashing import feed
 from .records import RecordIdentity, Sealed
 
@@ -53,6 +53,8 @@ __all__ = [
     "chain_key",
     "split_block",
     "join_block",
+    "has_block",
+    "refuse_unkeyed_trim",
     "tombstone_bodies",
 ]
 
@@ -156,6 +158,33 @@ def split_block(sealed: Sealed) -> tuple[Sealed, ChainBlock | None]:
         payload[:TAG_SIZE], covers, None if tomb is None else Tombstone.from_json(tomb)
     )
     return Sealed(sealed.type, data[:start]), block
+
+
+def has_block(sealed: Sealed) -> bool:
+    """Whether a stored checkpoint body ends with a chain block (written with ``integrity=``)."""
+    data = sealed.data
+    if len(data) < 8 or data[-4:] != _MAGIC:
+        return False
+    size = int.from_bytes(data[-8:-4], "big")
+    return TAG_SIZE <= size <= len(data) - 8
+
+
+def refuse_unkeyed_trim(tenant: str, thread: str, bodies: Iterable[Sealed | None]) -> None:
+    """Raise ChainKeyRequiredError when a trim without the chain key meets a chained body.
+
+    A pruner without ``integrity=`` reads the bodies of the checkpoints that would
+    lose their parent (the survivors a keyed trim gives a tombstone): trimming a
+    chained history without tombstones would make ``verify`` report every such
+    survivor, and the removed parents' digests could never be recovered.
+    """
+    if any(body is not None and has_block(body) for body in bodies):
+        raise ChainKeyRequiredError(
+            f"thread {thread!r} of tenant {tenant!r} has a hash chain (written with "
+            "integrity=): keep_latest cannot trim it without the chain key, which signs the "
+            "tombstones that keep the trimmed history verifiable; give the pruner the key "
+            "(integrity= on the saver, LGD_INTEGRITY_KEY for the command line). Nothing of "
+            "this thread was removed"
+        )
 
 
 def join_block(sealed: Sealed, block: ChainBlock) -> Sealed:

@@ -20,7 +20,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.chain import split_block, tombstone_bodies
+from .._core.chain import refuse_unkeyed_trim, split_block, tombstone_bodies
 from .._core.records import Sealed
 from .._core.sansio import operation
 from ..errors import CorruptRecordError, IntegrityError, InvalidInputError
@@ -172,7 +172,9 @@ class ChainOps(ThreadOps):
     ) -> Generator[Any, Any, int]:
         """Before a trim deletes ``doomed``: tombstones in the survivors that lose their parent.
 
-        Nothing without ``integrity=``. Otherwise, per namespace, the bodies of
+        Without ``integrity=``, the survivors' bodies are read only to check
+        that none carries a chain block (``ChainKeyRequiredError`` otherwise,
+        before anything is deleted). With it, per namespace, the bodies of
         each surviving checkpoint whose parent is removed and of those parents
         are read (from ``items`` when they were read whole, else one
         BatchGetItem; chunks of a chunked body one more, S3 bodies one
@@ -192,7 +194,7 @@ class ChainOps(ThreadOps):
             How many bodies were rewritten.
         """
         chain = self.codec.chain
-        if chain is None or not doomed:
+        if not doomed:
             return 0
         removed: dict[str, set[str]] = {}
         for item in doomed:
@@ -214,12 +216,16 @@ class ChainOps(ThreadOps):
             if parent and parent in removed.get(ik.ns, ()):
                 survivors.setdefault(ik.ns, {})[ik.checkpoint_id] = parent
                 wanted.append(sk)
-                wanted.append(pointer_sk(ik.ns, parent))
+                if chain is not None:  # without the key only the survivors (the check)
+                    wanted.append(pointer_sk(ik.ns, parent))
         if not survivors:
             return 0
         pointers = yield from self._whole_pointers(pk, wanted, by_sk)
         bodies = yield from self._read_bodies(pk, pointers, by_sk)
         tenant, thread = split_pk(pk)
+        if chain is None:
+            refuse_unkeyed_trim(tenant, thread, bodies.values())
+            return 0
         rewrites: list[tuple[str, dict[str, Any], Sealed]] = []
         for ns, kept in survivors.items():
             given: dict[str, tuple[str | None, Sealed]] = {}

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
-from .._core.chain import tombstone_bodies
+from .._core.chain import refuse_unkeyed_trim, tombstone_bodies
 from .._core.records import Sealed
 from .._core.retention import (
     DELETE,
@@ -511,7 +511,9 @@ def trim_batch(
     (``tombstone_bodies``): one more statement per batch reads the bodies of
     those survivors and of their removed parents, and the survivors' new
     bodies are written by the statement that deletes the removed checkpoints
-    (one statement: the rewrite and the delete commit together).
+    (one statement: the rewrite and the delete commit together). Without the
+    chain key the same read checks that no survivor carries a chain block
+    (``ChainKeyRequiredError`` otherwise, nothing of the batch deleted).
     """
     s = ops._s
     params = _arrays(batch)
@@ -550,7 +552,7 @@ def trim_batch(
             doomed["ns"].append(node.ns)
             doomed["id"].append(node.checkpoint_id)
             size += b
-        if ops.codec.chain is not None and not dry_run:
+        if not dry_run:  # tombstones, or (no chain key) the check that none is needed
             _link(
                 links, (tenant, thread, epoch), members, {(n.ns, n.checkpoint_id) for n, _ in gone}
             )
@@ -684,17 +686,19 @@ def _tombstones(
 
     Reads the stored bodies of the survivors in ``links`` and of their removed
     parents, and returns the rows to rewrite (``n_*`` arrays; empty when no
-    body carries a chain block).
+    body carries a chain block). Without the chain key it reads the survivors
+    only and raises ``ChainKeyRequiredError`` if one carries a chain block
+    (before anything of the batch is deleted).
     """
     chain = ops.codec.chain
-    if chain is None:
-        return {}
     out: dict[str, list[Any]] = {
         k: [] for k in ("n_t", "n_th", "n_e", "n_ns", "n_id", "n_type", "n_body")
     }
     want: dict[str, list[Any]] = {k: [] for k in ("t", "th", "e", "ns", "id")}
     for (tenant, thread, epoch, ns), at in links.items():
-        for cid in {*at.survivors, *at.survivors.values()}:
+        # without the key only the survivors: a chained one stops the trim
+        ids = {*at.survivors, *at.survivors.values()} if chain is not None else set(at.survivors)
+        for cid in ids:
             for k, v in zip(want, (tenant, thread, epoch, ns, cid), strict=True):
                 want[k].append(v)
     rows = yield _q(
@@ -711,6 +715,12 @@ def _tombstones(
         (str(t), str(th), int(e), str(ns), str(cid)): Sealed(str(typ), bytes(data))
         for t, th, e, ns, cid, typ, data in rows
     }
+    if chain is None:
+        for (tenant, thread, epoch, ns), at in links.items():
+            refuse_unkeyed_trim(
+                tenant, thread, (bodies.get((tenant, thread, epoch, ns, c)) for c in at.survivors)
+            )
+        return {}
     for (tenant, thread, epoch, ns), at in links.items():
         survivors: dict[str, tuple[str | None, Sealed]] = {}
         for cid, parent in at.survivors.items():

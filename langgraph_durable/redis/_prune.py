@@ -56,7 +56,7 @@ from .._core.retention import (
     thread_expired,
 )
 from .._core.sansio import Blocking, Emit, Sleep
-from ..errors import DurableError, InvalidInputError, StorageError
+from ..errors import ChainKeyRequiredError, DurableError, InvalidInputError, StorageError
 from ._keys import KeyLayout, _ident
 from ._records import _text
 from ._requests import Batch, Command, ScanKeys, ScanPage, Script, _chunks, _first_error
@@ -326,7 +326,7 @@ class _Run:
         results = yield Batch(tuple(Script(PRUNE_NODES, self.thread_keys(s.item)) for s in trims))
         _first_error(results)
         plans: list[tuple[_Seen, _Trim]] = []
-        links = self.chain is not None and not self.request.dry_run
+        links = not self.request.dry_run  # tombstones, or the check that none is needed
         for seen, (exists, hlen, touched, flat) in zip(trims, results, strict=True):
             if not int(exists):
                 gone.append(seen.item)
@@ -346,6 +346,8 @@ class _Run:
         )
         ready: list[tuple[_Seen, _Trim, list[bytes]]] = []
         for (seen, trim), args in zip(plans, sealed, strict=True):
+            if isinstance(args, ChainKeyRequiredError):
+                raise args  # a configuration to fix, not one thread's problem
             if isinstance(args, DurableError):
                 log.warning(
                     "pruner: thread %r of tenant %r is not trimmed: %s",
@@ -574,7 +576,7 @@ def trim_threads(
             plans: list[tuple[str, str, _Trim]] = []
             for thread, (exists, hlen, _touched, flat) in zip(todo, results, strict=True):
                 if int(exists):
-                    trim = _plan(flat, keep, chain is not None)
+                    trim = _plan(flat, keep, True)
                     if trim.drop:
                         plans.append((thread, str(int(hlen)), trim))
             todo = []

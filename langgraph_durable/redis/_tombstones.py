@@ -12,7 +12,9 @@ are computed here and handed to ``PRUNE_TRIM`` with the SHA-1 of each payload
 as read. The script rewrites them and deletes the removed checkpoints in one
 atomic step, and only if every payload is still the one read (else the
 thread is read again, like a thread written meanwhile). Without the chain
-there is no extra round trip and ``PRUNE_TRIM`` gets no rewrites.
+key the same round trip reads the survivors only: a trim of a chained thread
+without the key would break its chain, so it raises ``ChainKeyRequiredError``
+instead, and ``PRUNE_TRIM`` gets no rewrites.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from typing import Any
 
 import ormsgpack
 
-from .._core.chain import ChainKey, tombstone_bodies
+from .._core.chain import ChainKey, refuse_unkeyed_trim, tombstone_bodies
 from .._core.records import Sealed
 from .._core.retention import CheckpointNode
-from ..errors import CorruptRecordError, DurableError
+from ..errors import ChainKeyRequiredError, CorruptRecordError, DurableError
 from ._keys import SEP, KeyLayout
 from ._records import _pack
 from ._requests import Batch, Command, _first_error
@@ -132,18 +134,19 @@ def tombstone_args(
 ) -> Generator[Any, Any, list[list[bytes] | DurableError]]:
     """PRUNE_TRIM's rewrite arguments for each (tenant, thread, links) of a batch.
 
-    One pipelined round trip (``HMGET`` of each thread's payloads), none
-    without the chain or when no survivor loses its parent. A thread whose
-    records cannot be read gets its error instead (not trimmed: the caller
-    decides whether to raise).
+    One pipelined round trip (``HMGET`` of each thread's payloads), none when
+    no survivor loses its parent. Without the chain key the survivors are read
+    to check that none carries a chain block; a thread with one gets a
+    ``ChainKeyRequiredError`` (and no rewrites). A thread whose records cannot
+    be read gets its error instead (not trimmed: the caller decides whether to
+    raise).
     """
     out: list[list[bytes] | DurableError] = [[] for _ in trims]
-    if chain is None:
-        return out
     asked: list[tuple[int, list[bytes]]] = []
     requests: list[Command] = []
     for j, (tenant, thread, found) in enumerate(trims):
-        fields = _fields(found)
+        # without the key only the survivors: a chained one stops the trim
+        fields = _fields(found) if chain is not None else _survivor_fields(found)
         if fields:
             asked.append((j, fields))
             requests.append(Command(("HMGET", keys.thread(tenant, thread)[1], *fields)))
@@ -155,7 +158,21 @@ def tombstone_args(
         tenant, thread, found = trims[j]
         stored = {f: None if v is None else bytes(v) for f, v in zip(fields, values, strict=True)}
         try:
-            out[j] = rewrites(chain, tenant, thread, found, stored)
-        except CorruptRecordError as exc:
+            if chain is None:
+                bodies = (_body(raw, thread) for raw in stored.values() if raw is not None)
+                refuse_unkeyed_trim(tenant, thread, bodies)
+            else:
+                out[j] = rewrites(chain, tenant, thread, found, stored)
+        except (CorruptRecordError, ChainKeyRequiredError) as exc:
             out[j] = exc
     return out
+
+
+def _survivor_fields(found: Links) -> list[bytes]:
+    """The payload fields of the survivors that lose their parent."""
+    return sorted({_field(ns, s) for ns, (survivors, _r) in found.items() for s in survivors})
+
+
+def _body(raw: bytes, thread: str) -> Sealed:
+    parts = _payload(raw, f"of thread {thread!r}")
+    return Sealed(parts[1], parts[2])
