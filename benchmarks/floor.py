@@ -1,0 +1,220 @@
+#!/usr/bin/env python
+"""The floor of graph steps/s for any saver that writes each call to PostgreSQL.
+
+    python benchmarks/floor.py                      # 20 rounds of 12 threads per saver
+    python benchmarks/floor.py --rounds 4 --quick   # smoke run
+
+Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop, 5 turns,
+13 steps per thread), four threads at a time, through:
+
+- ``memory``: LangGraph's ``InMemorySaver`` (no persistence: the reference);
+- ``floor``: the least a durable PostgreSQL saver does per call. ``put`` serializes what
+  ``InMemorySaver`` serializes (the checkpoint without its values, its metadata, the new
+  channel values) and stores it with one prepared ``INSERT``; ``put_writes`` serializes the
+  writes and stores them with one prepared ``INSERT``. No reads (``get_tuple`` returns
+  None: every thread is new), no codec, no deltas, no locks, a pool of four connections in
+  autocommit;
+- ``floor-nosync``: the same with ``synchronous_commit=off`` (no wait for the WAL flush);
+- ``ours``: our ``PostgresSaver`` with its defaults.
+
+Rounds rotate which saver goes first. Prints, and writes to ``floor-<timestamp>.json``
+and ``.md`` in ``--out``, each saver's process CPU per step and graph steps/s, and
+steps/s against ``memory``. What it shows: how much of the gap to ``InMemorySaver`` any
+saver that stores every call through psycopg must keep (``docs/performance.md``,
+"The floor").
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import psycopg  # noqa: E402
+from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from psycopg_pool import ConnectionPool  # noqa: E402
+from workload import build_graph, graph_input, thread_config  # noqa: E402
+
+from langgraph_durable.postgres import PostgresSaver  # noqa: E402
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+STEPS_PER_THREAD = 13  # 5 turns: 2 * 5 + 3 checkpoints
+
+
+class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
+    """One prepared INSERT per put and per put_writes; nothing is read back."""
+
+    def __init__(self, pool: ConnectionPool, table: str) -> None:
+        super().__init__()
+        self.pool = pool
+        self.table = table
+
+    def get_tuple(self, config: Any) -> None:
+        return None
+
+    def list(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return iter(())
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        body = dict(checkpoint)
+        values = body.pop("channel_values")
+        blobs = [self.serde.dumps_typed(values[ch])[1] for ch in new_versions if ch in values]
+        thread = config["configurable"]["thread_id"]
+        with self.pool.connection() as conn:
+            conn.execute(
+                f"INSERT INTO {self.table} (thread_id, checkpoint_id, body, metadata, blobs) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (
+                    thread,
+                    checkpoint["id"],
+                    self.serde.dumps_typed(body)[1],
+                    self.serde.dumps_typed(metadata)[1],
+                    blobs,
+                ),
+                prepare=True,
+            )
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": "",
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        conf = config["configurable"]
+        with self.pool.connection() as conn:
+            conn.execute(
+                f"INSERT INTO {self.table}_writes (thread_id, checkpoint_id, task_id, data) "
+                "VALUES (%s, %s, %s, %s)",
+                (
+                    conf["thread_id"],
+                    conf["checkpoint_id"],
+                    task_id,
+                    [self.serde.dumps_typed(value)[1] for _channel, value in writes],
+                ),
+                prepare=True,
+            )
+
+    def get_next_version(self, current: Any, channel: Any) -> str:
+        if current is None:
+            last = 0
+        elif isinstance(current, int):
+            last = current
+        else:
+            last = int(str(current).split(".")[0])
+        return f"{last + 1:032}.{random.random():016}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("BENCH_PG_URL", DEFAULT_URL))
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--threads", type=int, default=12, help="graph threads per saver per round")
+    p.add_argument("--quick", action="store_true", help="3 threads per round")
+    p.add_argument("--out", default=str(HERE / "results"), help="output directory")
+    args = p.parse_args(argv)
+    per = 3 if args.quick else args.threads
+    tag = uuid.uuid4().hex[:8]
+    table, schema = f"lgd_bench_floor_{tag}", f"lgd_bench_floor_ours_{tag}"
+    with psycopg.connect(args.url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (thread_id text, checkpoint_id text, body bytea, "
+            "metadata bytea, blobs bytea[], PRIMARY KEY (thread_id, checkpoint_id))"
+        )
+        conn.execute(
+            f"CREATE TABLE {table}_writes (thread_id text, checkpoint_id text, task_id text, "
+            "data bytea[])"
+        )
+    kw: dict[str, Any] = {"autocommit": True}
+    pools = [
+        ConnectionPool(args.url, min_size=4, max_size=4, kwargs=kw, open=True),
+        ConnectionPool(
+            args.url,
+            min_size=4,
+            max_size=4,
+            kwargs={**kw, "options": "-c synchronous_commit=off"},
+            open=True,
+        ),
+    ]
+    opened = PostgresSaver.from_conn_string(args.url, schema=schema)
+    try:
+        ours = opened.__enter__()
+        ours.setup()
+        savers: dict[str, Any] = {
+            "memory": InMemorySaver(),
+            "floor": FloorSaver(pools[0], table),
+            "floor-nosync": FloorSaver(pools[1], table),
+            "ours": ours,
+        }
+        graphs = {name: build_graph(5, saver) for name, saver in savers.items()}
+        totals = {name: [0.0, 0.0] for name in savers}
+        names, n = list(savers), 0
+        for r in range(args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                graph, ids = graphs[name], list(range(n, n + per))
+                n += per
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                with ThreadPoolExecutor(4) as ex:
+                    for _ in ex.map(
+                        lambda i, g=graph: g.invoke(graph_input(i), thread_config(f"f-{i}")), ids
+                    ):
+                        pass
+                totals[name][0] += time.process_time() - cpu0
+                totals[name][1] += time.perf_counter() - wall0
+    finally:
+        opened.__exit__(None, None, None)
+        for pool in pools:
+            pool.close()
+        with psycopg.connect(args.url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_writes")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    steps = args.rounds * per * STEPS_PER_THREAD
+    rows = {
+        name: {
+            "cpu_ms_per_step": cpu * 1000.0 / steps,
+            "steps_per_s": steps / wall,
+            "vs_memory": totals["memory"][1] / wall,
+        }
+        for name, (cpu, wall) in totals.items()
+    }
+    lines = [
+        f"`python benchmarks/floor.py --rounds {args.rounds}"
+        + (" --quick`" if args.quick else f" --threads {per}`"),
+        "",
+        "| saver | process CPU ms/step | graph steps/s | steps/s vs InMemorySaver |",
+        "|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['cpu_ms_per_step']:.3f} | {row['steps_per_s']:.0f} | "
+            f"{row['vs_memory']:.3f}x |"
+        )
+    print("\n".join(lines))
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"created": stamp, "rounds": args.rounds, "threads": per, "steps": steps}
+    (out / f"floor-{stamp}.json").write_text(json.dumps({**doc, "savers": rows}, indent=2))
+    (out / f"floor-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote floor-{stamp}.json, floor-{stamp}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
