@@ -165,6 +165,25 @@ async def test_async_other_content_under_a_stored_id_is_refused(spec: SaverSpec)
 # ---- encryption ---------------------------------------------------------------------
 
 
+def test_copy_thread_keeps_what_the_target_has(spec: SaverSpec) -> None:
+    """The plain copy (no pipeline that binds identity) never overwrites the target's records."""
+    cid = str(uuid.uuid4())
+    with open_saver(spec) as saver:
+        cp = _original(cid)
+        saver.put(cfg("src"), cp, METADATA, cp["channel_versions"])
+        # the target holds the same checkpoint id with other content (and the same blob key)
+        _what, other, metadata = _conflicting(cid)[1]
+        other["channel_versions"]["payload"] = cp["channel_versions"]["payload"]
+        other["channel_values"]["payload"] = {"items": ["the target's own"]}
+        saver.put(cfg("dst"), other, metadata, other["channel_versions"])
+        saver.copy_thread("src", "dst")
+        kept = saver.get_tuple(cfg("dst", checkpoint_id=cid))
+        assert kept is not None
+        assert kept.checkpoint["channel_values"]["payload"] == {"items": ["the target's own"]}
+        assert kept.checkpoint["channel_values"]["note"] == "changed"
+        _assert_original(saver.get_tuple(cfg("src", checkpoint_id=cid)), cid)
+
+
 def test_encrypted_copy_thread_runs_again(spec: SaverSpec) -> None:
     """``copy_thread`` re-seals through ``put``: run again, it keeps what the target has."""
     encrypted = SaverSpec(

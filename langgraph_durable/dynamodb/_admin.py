@@ -255,7 +255,11 @@ class AdminOps(ChainOps):
         another thread id (entries the target has already are kept).
 
         Payloads offloaded to S3 are copied to the target's keys first (one
-        CopyObject each), then the items, checkpoint pointers last.
+        CopyObject each), then the items, checkpoint pointers last. The
+        target's live items are read first (one Query, keys only) and are
+        neither overwritten nor have their S3 objects replaced: checkpoints
+        stay append-only (BatchWriteItem has no condition; a copy racing other
+        writes of the same keys to the target is not guarded).
         """
         if source == target:
             raise InvalidInputError("copy_thread: source and target thread ids are the same")
@@ -267,9 +271,12 @@ class AdminOps(ChainOps):
             return None  # the source thread expired or is being deleted
         exp = self._expiry(tenant)
         stamp = self._stamp(exp, now)
+        kept = yield from self._query_all(dst, None, ("sk", TTL_ATTRIBUTE))
+        present = {i["sk"]["S"] for i in kept if _is_live(i, now)}
         copies = []
         for item in items:
-            if item["sk"]["S"] == HEAD_SK or not _is_live(item, now):
+            sk = item["sk"]["S"]
+            if sk == HEAD_SK or sk in present or not _is_live(item, now):
                 continue
             copy = {k: v for k, v in item.items() if k not in (TTL_ATTRIBUTE, HEADED)}
             copy.update(stamp)
