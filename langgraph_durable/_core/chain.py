@@ -245,7 +245,12 @@ class ChainKey:
         inner, tag = data[:-TAG_SIZE], data[-TAG_SIZE:]
         if not hmac.compare_digest(tag, self.tag(identity, sealed.type, inner)):
             raise IntegrityError(
-                _what(identity, "fails its integrity tag (altered, moved or forged)")
+                _what(
+                    identity,
+                    "fails its integrity tag (altered, moved or forged; or written before "
+                    "integrity= was turned on, which such records cannot be told apart from: "
+                    "see docs/integrity.md, Limits)",
+                )
             )
         return Sealed(sealed.type, inner)
 
