@@ -438,6 +438,24 @@ def test_trim_without_the_chain_key_is_refused_and_removes_nothing(
     assert code == 0, out
 
 
+async def test_async_trim_without_the_chain_key_is_refused(spec: SaverSpec, built: Built) -> None:
+    cls = _classes(spec.backend)[1]
+    a = {"configurable": {"thread_id": built.a}}
+    async with cls.from_conn_string(spec.conn, **spec.kwargs) as saver:
+        with pytest.raises(ChainKeyRequiredError):
+            await saver.aprune([built.a], strategy="keep_latest")
+        with pytest.raises(ChainKeyRequiredError):
+            await saver.aprune_expired(
+                Retention(idle=timedelta(seconds=1), strategy="keep_latest"),
+                now=time.time() + 3600,
+            )
+    async with cls.from_conn_string(spec.conn, integrity=KEY, **spec.kwargs) as saver:
+        assert len([t async for t in saver.alist(a)]) == len(built.ids)
+        await saver.aprune([built.a], strategy="keep_latest")
+        assert 0 < len([t async for t in saver.alist(a)]) < len(built.ids)
+        assert (await saver.averify(thread_id=built.a)).ok
+
+
 def test_deleted_thread_verifies_and_is_gone(
     spec: SaverSpec, built: Built, capsys: Any, monkeypatch: Any
 ) -> None:
