@@ -411,6 +411,43 @@ def test_row_level_security_adds_no_round_trip(roles: Roles, schema: str, rls: b
         proxy.close()
 
 
+def test_payload_writes_go_as_prepared_statements_and_survive_a_session_reset(
+    roles: Roles, schema: str
+) -> None:
+    """The sync saver sends put/put_writes as SELECT set_config(...); EXECUTE name(...).
+
+    The statements are prepared once per connection; after DISCARD ALL (the session
+    loses them) the next call prepares them again, and the tenant still binds.
+    """
+
+    def prepared(conn: psycopg.Connection[Any]) -> set[str]:
+        rows = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+        return {str(r[0]) for r in rows if str(r[0]).startswith("lgd_s")}
+
+    with psycopg.connect(roles.url(roles.app), autocommit=True) as conn:
+        saver = PostgresSaver(conn, schema=schema, row_level_security=True)
+        c1 = cfg("p", tenant_id=T1)
+        cp = versioned_cp(messages=["one"], n=1)
+        stored = saver.put(c1, cp, {"source": "input"}, cp["channel_versions"])
+        saver.put_writes(stored, [("messages", ["two"])], "task-1")
+        names = prepared(conn)
+        assert len(names) >= 2, names  # the put and the put_writes statements
+        conn.execute("DISCARD ALL")
+        assert prepared(conn) == set()
+        nxt = versioned_cp(messages=["one", "two"], n=2)
+        nxt["channel_versions"] = {k: next_version(v) for k, v in cp["channel_versions"].items()}
+        saver.put(stored, nxt, {"source": "loop"}, nxt["channel_versions"])
+        saver.put_writes(stored, [("messages", ["three"])], "task-2")
+        again = prepared(conn)
+        assert len(again) >= 2 and again & names, (again, names)  # put_writes' again
+        got = saver.get_tuple(c1)
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == ["one", "two"]
+        assert saver.get_tuple(cfg("p", tenant_id=T2)) is None
+        older = saver.get_tuple(stored)
+        assert older is not None
+        assert sorted(w[0] for w in older.pending_writes or []) == ["task-1", "task-2"]
+
+
 # ---- the conformance suite --------------------------------------------------------------------
 
 
