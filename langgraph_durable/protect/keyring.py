@@ -90,8 +90,10 @@ class ChainKeySource(Protocol):
         ...
 
 
-def _derive_chain_key(kek: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_CHAIN_INFO).derive(kek)
+def derive(key: bytes, info: bytes) -> bytes:
+    """32 bytes of HKDF-SHA256 from ``key`` for ``info`` (thread subkeys, blind-index
+    keys, the chain key)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
 
 
 def _wrap_aad(tenant: str, version: int) -> bytes:
@@ -145,7 +147,7 @@ class LocalKeyring:
         self._keys = checked
         self.active = active
         self.chain = chain
-        self._chain_key = None if chain is None else _derive_chain_key(bytes(keys[chain]))
+        self._chain_key = None if chain is None else derive(bytes(keys[chain]), _CHAIN_INFO)
 
     @classmethod
     def from_env(cls, name: str = "LGD_KEYRING", *, chain: str | None = None) -> LocalKeyring:

@@ -28,14 +28,12 @@ from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._core.records import StoredDataKey
 from .._core.sansio import Blocking, Operation
 from ..errors import DecryptionError
-from .keyring import GeneratedKey, KeyProvider
+from .keyring import GeneratedKey, KeyProvider, derive
 
 __all__ = [
     "StoredDataKey",
@@ -90,11 +88,6 @@ class KeyMissing(Exception):
 def _lp(value: str) -> bytes:
     raw = value.encode()
     return len(raw).to_bytes(4, "big") + raw
-
-
-def derive(key: bytes, info: bytes) -> bytes:
-    """32 bytes of HKDF-SHA256 from ``key`` for ``info``."""
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
 
 
 @dataclass

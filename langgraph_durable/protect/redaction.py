@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from .._core.records import RecordIdentity, RecordKind, Sealed
 from ..errors import ConfigurationError, DecryptionError
 from .detectors import Detector, find_spans, placeholder, resolve_detectors
-from .keys import derive
+from .keyring import derive
 from .pipeline import IdentityPipeline
 from .walk import BoundedCache, StringRewriter
 

@@ -62,13 +62,14 @@ def _field(ns: str, checkpoint_id: str) -> bytes:
     return (ns + SEP + checkpoint_id).encode()
 
 
-def _fields(found: Links) -> list[bytes]:
-    """The payload fields to read: the survivors and their removed parents."""
+def _fields(found: Links, parents: bool = True) -> list[bytes]:
+    """The payload fields to read: the survivors and (``parents``) their removed parents."""
     out: set[bytes] = set()
     for ns, (survivors, _removed) in found.items():
         for survivor, parent in survivors.items():
             out.add(_field(ns, survivor))
-            out.add(_field(ns, parent))
+            if parents:
+                out.add(_field(ns, parent))
     return sorted(out)
 
 
@@ -146,7 +147,7 @@ def tombstone_args(
     requests: list[Command] = []
     for j, (tenant, thread, found) in enumerate(trims):
         # without the key only the survivors: a chained one stops the trim
-        fields = _fields(found) if chain is not None else _survivor_fields(found)
+        fields = _fields(found, parents=chain is not None)
         if fields:
             asked.append((j, fields))
             requests.append(Command(("HMGET", keys.thread(tenant, thread)[1], *fields)))
@@ -166,11 +167,6 @@ def tombstone_args(
         except (CorruptRecordError, ChainKeyRequiredError) as exc:
             out[j] = exc
     return out
-
-
-def _survivor_fields(found: Links) -> list[bytes]:
-    """The payload fields of the survivors that lose their parent."""
-    return sorted({_field(ns, s) for ns, (survivors, _r) in found.items() for s in survivors})
 
 
 def _body(raw: bytes, thread: str) -> Sealed:
