@@ -40,6 +40,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
+from ._literals import literal
 from ._query import Query
 
 R = TypeVar("R")
@@ -181,14 +182,14 @@ class SyncConnector:
         # prepared once per connection (see _Statements).
         with psycopg.ClientCursor(conn, row_factory=tuple_row) as cur:
             try:
-                cur.execute(_statements.call(cur, q, name))
+                cur.execute(_statements.call(cur, q, name), prepare=False)
             except psycopg.errors.InvalidSqlStatementName:
                 # the session lost it (DISCARD ALL, a reset): nothing ran; once more
                 _statements.forget(conn)
                 again = _statements.ready(conn, q.sql)
                 if again is None:
                     raise
-                cur.execute(_statements.call(cur, q, again))
+                cur.execute(_statements.call(cur, q, again), prepare=False)
             while cur.nextset():
                 pass
             return _fetch(cur, q.fetch)
@@ -242,42 +243,74 @@ class _Statements:
             shape = (f"lgd_s{len(self._names) + 1}", text, tuple(order))
             return self._names.setdefault(sql, shape)
 
-    def ready(self, conn: Connection[Any], sql: str) -> str | None:
-        """The statement's name on ``conn``, prepared now if need be; None: use the pipeline."""
+    def _lookup(self, conn: Any, sql: str) -> tuple[str, str | None] | None:
+        """(name, the PREPARE to run first or None), or None: use the pipeline."""
         shape = self._shape(sql)
         if shape is None:
             return None
         name, text, _order = shape
         with self._lock:
-            done = self._prepared.setdefault(conn, set())
-            if name in done:
-                return name
+            if name in self._prepared.setdefault(conn, set()):
+                return name, None
         if conn.info.transaction_status != TransactionStatus.IDLE:
             return None  # a failed PREPARE would abort the caller's transaction
-        try:
-            conn.execute(f"PREPARE {name} AS {text}", prepare=False)
-        except psycopg.errors.ProgrammingError:
-            with self._lock:
-                self._refused.add(sql)
-            return None
+        return name, f"PREPARE {name} AS {text}"
+
+    def _prepared_now(self, conn: Any, sql: str, name: str, ok: bool) -> str | None:
         with self._lock:
-            done.add(name)
+            if not ok:
+                self._refused.add(sql)
+                return None
+            self._prepared.setdefault(conn, set()).add(name)
         return name
 
+    def ready(self, conn: Connection[Any], sql: str) -> str | None:
+        """The statement's name on ``conn``, prepared now if need be; None: use the pipeline."""
+        found = self._lookup(conn, sql)
+        if found is None or found[1] is None:
+            return None if found is None else found[0]
+        try:
+            conn.execute(found[1], prepare=False)
+        except psycopg.errors.ProgrammingError:
+            return self._prepared_now(conn, sql, found[0], False)
+        return self._prepared_now(conn, sql, found[0], True)
+
+    async def aready(self, conn: AsyncConnection[Any], sql: str) -> str | None:
+        """:meth:`ready` on an async connection."""
+        found = self._lookup(conn, sql)
+        if found is None or found[1] is None:
+            return None if found is None else found[0]
+        try:
+            await conn.execute(found[1], prepare=False)
+        except psycopg.errors.ProgrammingError:
+            return self._prepared_now(conn, sql, found[0], False)
+        return self._prepared_now(conn, sql, found[0], True)
+
     def call(self, cur: Any, q: Query, name: str) -> str:
-        """``SELECT set_config(...); EXECUTE name(...)`` with every value as a literal."""
+        """``SELECT set_config(...); EXECUTE name(...)`` with every value as a literal.
+
+        Our own rendering (``_literals``) where the connection has standard
+        conforming strings, psycopg's for any value it does not cover.
+        """
         _name, _text, order = self._names[q.sql]
         params = q.params
         if isinstance(params, dict):
             values = [params[str(k)] for k in order]
         else:
             values = list(params)
-        setter, setter_params = q.setter()
-        head = cur.mogrify(setter, setter_params)
+        if cur.connection.info.parameter_status("standard_conforming_strings") != "on":
+            setter, setter_params = q.setter()
+            head = cur.mogrify(setter, setter_params)
+            if not values:
+                return f"{head}; EXECUTE {name}"
+            args = ", ".join("%s" for _ in values)
+            return f"{head}; " + cur.mogrify(f"EXECUTE {name}({args})", values)
+        calls = ", ".join(
+            f"set_config({_value(cur, k)}, {_value(cur, v)}, true)" for k, v in q.settings
+        )
         if not values:
-            return f"{head}; EXECUTE {name}"
-        args = ", ".join("%s" for _ in values)
-        return f"{head}; " + cur.mogrify(f"EXECUTE {name}({args})", values)
+            return f"SELECT {calls}; EXECUTE {name}"
+        return f"SELECT {calls}; EXECUTE {name}({', '.join(_value(cur, v) for v in values)})"
 
     def forget(self, conn: Any) -> None:
         with self._lock:
@@ -285,6 +318,16 @@ class _Statements:
 
 
 _statements = _Statements()
+
+
+def _value(cur: Any, value: Any) -> str:
+    """``value`` as a literal: ours (``_literals``), else psycopg's."""
+    text = literal(value)
+    if text is None:
+        return cur.mogrify("%s", (value,))  # type: ignore[no-any-return]
+    return text
+
+
 _BYTES = (bytes, bytearray, memoryview)
 
 
@@ -483,14 +526,33 @@ class AsyncConnector:
     async def _execute_with_settings(
         self, conn: AsyncConnection[Any], q: Query, prepare: bool
     ) -> Any:
-        # One round trip: see SyncConnector._execute_with_settings. The async
-        # driver keeps the pipeline for every statement: its pipeline is cheaper than
-        # the sync one, and EXECUTE measured slower here (0.82x-0.85x against 0.88x).
+        # One round trip: see SyncConnector._execute_with_settings.
+        if prepare and _writes_payloads(q):
+            name = await _statements.aready(conn, q.sql)
+            if name is not None:
+                return await self._execute_prepared_with_settings(conn, q, name)
         setter, setter_params = q.setter()
         async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
             async with conn.pipeline():
                 await cur.execute(setter, setter_params, prepare=prepare)
                 await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+            return await _afetch(cur, q.fetch)
+
+    async def _execute_prepared_with_settings(
+        self, conn: AsyncConnection[Any], q: Query, name: str
+    ) -> Any:
+        # see SyncConnector._execute_prepared_with_settings
+        async with psycopg.AsyncClientCursor(conn, row_factory=tuple_row) as cur:
+            try:
+                await cur.execute(_statements.call(cur, q, name), prepare=False)
+            except psycopg.errors.InvalidSqlStatementName:
+                _statements.forget(conn)
+                again = await _statements.aready(conn, q.sql)
+                if again is None:
+                    raise
+                await cur.execute(_statements.call(cur, q, again), prepare=False)
+            while cur.nextset():
+                pass
             return await _afetch(cur, q.fetch)
 
     async def close(self) -> None:
