@@ -400,7 +400,7 @@ class CheckpointCodec:
         """Whether ``put`` under ``parent_id`` must read the parent first (its digest)."""
         if self.chain_cache is None or not parent_id:
             return False
-        return self.chain_cache.get((key.tenant, key.thread, key.ns), parent_id) is None
+        return not self.chain_cache.has((key.tenant, key.thread, key.ns), parent_id)
 
     def wrote(
         self, key: ThreadKey, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str
