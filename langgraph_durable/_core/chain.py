@@ -69,6 +69,15 @@ def _lp(value: str) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
+def _lps(*values: str) -> bytes:
+    """``b"".join(map(_lp, values))``, in one pass for ASCII strings."""
+    if "".join(values).isascii():
+        return b"".join(
+            [part for v in values for part in (len(v).to_bytes(4, "big"), v.encode("ascii"))]
+        )
+    return b"".join(map(_lp, values))
+
+
 def chain_key(value: Any) -> bytes:
     """The chain key from ``integrity=``: bytes (16 or more), or a hex string."""
     if isinstance(value, str):
@@ -299,16 +308,12 @@ class ChainKey:
             b"".join(
                 (
                     b"lgd-chain/2",
-                    _lp(tenant),
-                    _lp(thread),
-                    _lp(ns),
-                    _lp(checkpoint_id),
-                    _lp(parent_id or ""),
+                    _lps(tenant, thread, ns, checkpoint_id, parent_id or ""),
                     parent_digest if parent_digest is not None else _ZERO,
                     body_tag,
                     metadata_tag,
                     _pairs(refs),
-                    _pairs((t, int(i)) for t, i in covers),
+                    _pairs([(t, int(i)) for t, i in covers]),
                 )
             )
         )
@@ -392,13 +397,8 @@ def _tag_head(identity: RecordIdentity, type_: str) -> bytes:
 
 def _pairs(pairs: Iterable[tuple[Any, Any]]) -> bytes:
     """A sorted set of (str, str) pairs, length-prefixed (the chain's refs and covers)."""
-    items = sorted((str(a), str(b)) for a, b in pairs)
-    out = [len(items).to_bytes(4, "big")]
-    for a, b in items:
-        ra = a.encode("utf-8", "surrogatepass")
-        rb = b.encode("utf-8", "surrogatepass")
-        out += (len(ra).to_bytes(4, "big"), ra, len(rb).to_bytes(4, "big"), rb)
-    return b"".join(out)
+    items = sorted([(str(a), str(b)) for a, b in pairs])
+    return len(items).to_bytes(4, "big") + _lps(*[v for pair in items for v in pair])
 
 
 def _what(identity: RecordIdentity, problem: str) -> str:
@@ -461,7 +461,8 @@ class ChainCache:
             known.digest = digest
             known.writes.update(writes)
             self._items.move_to_end(k)
-            self._trim()
+            if len(self._items) > self._size:
+                self._trim()
 
     def _trim(self) -> None:
         while len(self._items) > self._size:
@@ -475,7 +476,8 @@ class ChainCache:
             known = self._items.get(k)
             if known is None:  # the checkpoint's own put may not have ended yet
                 known = self._items[k] = _Known(None)
-                self._trim()
+                if len(self._items) > self._size:
+                    self._trim()
             known.writes.update(writes)
 
     def forget(self, tenant: str, thread: str) -> None:

@@ -72,6 +72,19 @@ def test_a_digest_is_what_the_format_says() -> None:
     assert child.hex() == "478753b9ebfe5f27791e8f9b9ee65e97f272d7382d8a496d5aa57374f88013a4"
     root = KEY.link("tenant", "thread", "ns", "c1", None, None, b"b" * 32, b"m" * 32, [], [])
     assert root.hex() == "10b78c3a2d02ed6ccfdff9ece321261340cf7755fd0292932567a00a05d91d53"
+    wide = KEY.link(
+        "tëñ",
+        "th|1",
+        "ns:ü",
+        "c2",
+        "c1",
+        b"p" * 32,
+        b"b" * 32,
+        b"m" * 32,
+        [("mëssages", "2"), ("a", "1")],
+        [("tâsk", 0)],
+    )
+    assert wide.hex() == "cb90e623d716d5f90a895cfef9420cd0bc9ed9a0e284c2d26b611fab70ee21de"
 
 
 @pytest.mark.parametrize(
