@@ -22,7 +22,8 @@ afterwards:
 one saver per backend again with envelope encryption on (a local keyring made per
 process) and the hash chain on (``integrity=``, a chain key made per saver).
 
-``durable_pg_rls`` is the sync Postgres saver with row-level security on, under the
+``durable_pg_rls`` (and ``durable_pg_rls_async``) is the sync (async) Postgres saver with
+row-level security on, under the
 role recipe of docs/security.md: a migration role (made per process) owns the schema
 and runs ``setup(row_level_security=True)``, and the saver connects as an
 application role (made per process) that owns nothing and may only do what
@@ -215,6 +216,18 @@ def durable_pg_rls() -> Iterator[Any]:
             yield saver
 
 
+@asynccontextmanager
+async def durable_pg_rls_async() -> AsyncIterator[Any]:
+    from langgraph_durable.postgres import AsyncPostgresSaver
+
+    with _rls_schema() as (app_url, schema):
+        async with AsyncPostgresSaver.from_conn_string(
+            app_url, schema=schema, row_level_security=True
+        ) as saver:
+            _apply_strict_msgpack(saver)
+            yield saver
+
+
 def _encryption() -> Any:
     from langgraph_durable.protect import Encryption, LocalKeyring
 
@@ -381,6 +394,7 @@ ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
     "durable_dynamodb_enc_async": lambda: durable_dynamodb_async(
         _encryption(), secrets.token_bytes(32)
     ),
+    "durable_pg_rls_async": durable_pg_rls_async,
     "upstream_pg_async": upstream_pg_async,
 }
 #: The test rig's service (see tests/servers.py) each saver needs.
@@ -393,6 +407,7 @@ SERVICE_OF: dict[str, str] = {
     "durable_dynamodb_async": "dynamodb",
     "durable_pg_enc": "postgres",
     "durable_pg_rls": "postgres",
+    "durable_pg_rls_async": "postgres",
     "durable_redis_enc_async": "redis",
     "durable_dynamodb_enc_async": "dynamodb",
     "upstream_pg": "postgres",

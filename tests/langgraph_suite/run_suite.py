@@ -80,8 +80,15 @@ ALIASES = {
         "durable_redis_enc_async",
         "durable_dynamodb_enc_async",
         "durable_pg_rls",
+        "durable_pg_rls_async",
     ),
-    "postgres": ("durable_pg", "durable_pg_async", "durable_pg_enc", "durable_pg_rls"),
+    "postgres": (
+        "durable_pg",
+        "durable_pg_async",
+        "durable_pg_enc",
+        "durable_pg_rls",
+        "durable_pg_rls_async",
+    ),
     "redis": ("durable_redis", "durable_redis_async", "durable_redis_enc_async"),
     "dynamodb": ("durable_dynamodb", "durable_dynamodb_async", "durable_dynamodb_enc_async"),
     "encrypted": ("durable_pg_enc", "durable_redis_enc_async", "durable_dynamodb_enc_async"),
@@ -546,8 +553,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="NAME",
         help="saver to run (repeatable): durable_pg, durable_pg_async, durable_redis, "
         "durable_redis_async, durable_dynamodb, durable_dynamodb_async, durable_pg_enc, "
-        "durable_redis_enc_async, durable_dynamodb_enc_async, durable_pg_rls, upstream_pg, "
-        "upstream_pg_async, or the groups 'durable' (default: all of ours), 'postgres', "
+        "durable_redis_enc_async, durable_dynamodb_enc_async, durable_pg_rls, "
+        "durable_pg_rls_async, upstream_pg, upstream_pg_async, or the groups 'durable' "
+        "(default: all of ours), 'postgres', "
         "'redis', 'dynamodb', 'encrypted', 'upstream', 'all'",
     )
     parser.add_argument(
