@@ -268,8 +268,7 @@ class ChainKey:
 
     def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """``sealed`` with its tag appended."""
-        data = sealed.data
-        return Sealed(sealed.type, data + self._mac.digest2(_tag_head(identity, sealed.type), data))
+        return Sealed(sealed.type, sealed.data + self.tag(identity, sealed.type, sealed.data))
 
     def check(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """The stored bytes without their tag; IntegrityError if the tag does not hold."""
@@ -461,8 +460,7 @@ class ChainCache:
             known.digest = digest
             known.writes.update(writes)
             self._items.move_to_end(k)
-            if len(self._items) > self._size:
-                self._trim()
+            self._trim()
 
     def _trim(self) -> None:
         while len(self._items) > self._size:
@@ -476,8 +474,7 @@ class ChainCache:
             known = self._items.get(k)
             if known is None:  # the checkpoint's own put may not have ended yet
                 known = self._items[k] = _Known(None)
-                if len(self._items) > self._size:
-                    self._trim()
+                self._trim()
             known.writes.update(writes)
 
     def forget(self, tenant: str, thread: str) -> None:

@@ -7,9 +7,10 @@ statements, and the translation of psycopg errors into ours.
 A statement with settings (row-level security: the tenant) is sent in pipeline
 mode: ``set_config(...)``, the statement and one Sync leave together and come
 back together, one round trip, with the settings local to the (implicit or
-enclosing) transaction. The sync driver sends the statements that write payloads
+enclosing) transaction. Both drivers send the statements that write payloads
 another way, also one round trip: prepared once per connection, then
-``SELECT set_config(...); EXECUTE name(...)`` as one query (``_Statements``).
+``SELECT set_config(...); EXECUTE name(...)`` as one query, the values as
+literals (``_Statements``, ``_literals``).
 """
 
 from __future__ import annotations
@@ -256,9 +257,10 @@ class _Statements:
             return None  # a failed PREPARE would abort the caller's transaction
         return name, f"PREPARE {name} AS {text}"
 
-    def _prepared_now(self, conn: Any, sql: str, name: str, ok: bool) -> str | None:
+    def _outcome(self, conn: Any, sql: str, name: str, prepared: bool) -> str | None:
+        """Record whether the PREPARE of ``name`` took; its name, or None (use the pipeline)."""
         with self._lock:
-            if not ok:
+            if not prepared:
                 self._refused.add(sql)
                 return None
             self._prepared.setdefault(conn, set()).add(name)
@@ -267,24 +269,30 @@ class _Statements:
     def ready(self, conn: Connection[Any], sql: str) -> str | None:
         """The statement's name on ``conn``, prepared now if need be; None: use the pipeline."""
         found = self._lookup(conn, sql)
-        if found is None or found[1] is None:
-            return None if found is None else found[0]
+        if found is None:
+            return None
+        name, prepare = found
+        if prepare is None:
+            return name
         try:
-            conn.execute(found[1], prepare=False)
+            conn.execute(prepare, prepare=False)
         except psycopg.errors.ProgrammingError:
-            return self._prepared_now(conn, sql, found[0], False)
-        return self._prepared_now(conn, sql, found[0], True)
+            return self._outcome(conn, sql, name, False)
+        return self._outcome(conn, sql, name, True)
 
     async def aready(self, conn: AsyncConnection[Any], sql: str) -> str | None:
         """:meth:`ready` on an async connection."""
         found = self._lookup(conn, sql)
-        if found is None or found[1] is None:
-            return None if found is None else found[0]
+        if found is None:
+            return None
+        name, prepare = found
+        if prepare is None:
+            return name
         try:
-            await conn.execute(found[1], prepare=False)
+            await conn.execute(prepare, prepare=False)
         except psycopg.errors.ProgrammingError:
-            return self._prepared_now(conn, sql, found[0], False)
-        return self._prepared_now(conn, sql, found[0], True)
+            return self._outcome(conn, sql, name, False)
+        return self._outcome(conn, sql, name, True)
 
     def call(self, cur: Any, q: Query, name: str) -> str:
         """``SELECT set_config(...); EXECUTE name(...)`` with every value as a literal.
@@ -298,19 +306,16 @@ class _Statements:
             values = [params[str(k)] for k in order]
         else:
             values = list(params)
-        if cur.connection.info.parameter_status("standard_conforming_strings") != "on":
-            setter, setter_params = q.setter()
-            head = cur.mogrify(setter, setter_params)
-            if not values:
-                return f"{head}; EXECUTE {name}"
-            args = ", ".join("%s" for _ in values)
-            return f"{head}; " + cur.mogrify(f"EXECUTE {name}({args})", values)
-        calls = ", ".join(
-            f"set_config({_value(cur, k)}, {_value(cur, v)}, true)" for k, v in q.settings
-        )
+        ours = cur.connection.info.parameter_status("standard_conforming_strings") == "on"
+
+        def lit(value: Any) -> str:
+            text = literal(value) if ours else None
+            return cur.mogrify("%s", (value,)) if text is None else text  # type: ignore[no-any-return]
+
+        calls = ", ".join(f"set_config({lit(k)}, {lit(v)}, true)" for k, v in q.settings)
         if not values:
             return f"SELECT {calls}; EXECUTE {name}"
-        return f"SELECT {calls}; EXECUTE {name}({', '.join(_value(cur, v) for v in values)})"
+        return f"SELECT {calls}; EXECUTE {name}({', '.join(lit(v) for v in values)})"
 
     def forget(self, conn: Any) -> None:
         with self._lock:
@@ -318,14 +323,6 @@ class _Statements:
 
 
 _statements = _Statements()
-
-
-def _value(cur: Any, value: Any) -> str:
-    """``value`` as a literal: ours (``_literals``), else psycopg's."""
-    text = literal(value)
-    if text is None:
-        return cur.mogrify("%s", (value,))  # type: ignore[no-any-return]
-    return text
 
 
 _BYTES = (bytes, bytearray, memoryview)

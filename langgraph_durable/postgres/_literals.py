@@ -1,11 +1,11 @@
 """SQL literals for the values of the saver's own statements (pure, no psycopg import).
 
-The sync driver sends a statement with row-level security's tenant as one
+The driver sends a payload write with row-level security's tenant as one
 simple-protocol query, ``SELECT set_config(...); EXECUTE name(literal, ...)``
 (see ``_driver._Statements``). psycopg's client-side binding builds those
 literals through its generic adapters, a few microseconds of Python per value
 and per array element: with twenty values a statement it was half the client
-CPU that row-level security added per graph step. The values of our statements
+CPU that row-level security added per graph step (sync saver). The values of our statements
 are few kinds (text, integers, bytes, arrays of them, NULL), rendered here as
 untyped literals in PostgreSQL's text input format: the server coerces each to
 the prepared statement's parameter type, as it would a bound parameter.

@@ -72,7 +72,6 @@ class IntegrityPipeline:
         self.base = base
         self.chain = chain
         self.serde = base.serde
-        self._seal = chain.seal
 
     def __getattr__(self, name: str) -> Any:
         # anything else the savers use from the pipeline (key caches, settings)
@@ -82,10 +81,10 @@ class IntegrityPipeline:
         return self.base.serialize(identity, value)  # type: ignore[no-any-return]
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
-        return self._seal(identity, self.base.seal(identity, value))
+        return self.chain.seal(identity, self.base.seal(identity, value))
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
-        return self._seal(identity, self.base.seal_serialized(identity, serialized))
+        return self.chain.seal(identity, self.base.seal_serialized(identity, serialized))
 
     def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
         return self.base.open(identity, self.chain.check(identity, sealed))

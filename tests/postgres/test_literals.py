@@ -82,3 +82,30 @@ def test_a_literal_reads_back_as_the_bound_value(
 @pytest.mark.parametrize("value", ["nul\x00inside", ["a", "b\x00"], {"a": 1}, 1.5, object()])
 def test_what_it_does_not_render_is_left_to_psycopg(value: object) -> None:
     assert literal(value) is None
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_the_driver_falls_back_to_psycopg_without_standard_conforming_strings(
+    pg_url: str, conforming: str
+) -> None:
+    from langgraph_durable.postgres._driver import _Statements
+    from langgraph_durable.postgres._query import Query
+
+    tricky = "back\\slash 'quote' \\' end"
+    q = Query(
+        "SELECT %s::text, current_setting('langgraph_durable.tenant', true)",
+        (tricky,),
+        "one",
+        True,
+        (("langgraph_durable.tenant", "t'1\\"),),
+    )
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute(f"SET standard_conforming_strings TO {conforming}", prepare=False)
+        statements = _Statements()
+        name = statements.ready(c, q.sql)
+        assert name is not None
+        with psycopg.ClientCursor(c) as cur:
+            cur.execute(statements.call(cur, q, name), prepare=False)
+            while cur.nextset():
+                pass
+            assert cur.fetchone() == (tricky, "t'1\\")
