@@ -166,9 +166,11 @@ def test_cache_is_bounded_and_forgets_threads() -> None:
 
 
 @pytest.mark.parametrize("key_size", [16, 32, 64, 65, 200])
-@pytest.mark.parametrize("sizes", [(0,), (10, 2047), (2048,), (5000, 1), (100_000, 4095, 3)])
-def test_mac_is_hmac_sha256(key_size: int, sizes: tuple[int, ...]) -> None:
-    """The GIL-holding MAC is RFC 2104 HMAC-SHA256 of its parts' concatenation."""
+@pytest.mark.parametrize(
+    "sizes", [(0, 0), (10, 2037), (2047, 1), (0, 2048), (5000, 1), (100_000, 4095)]
+)
+def test_mac_is_hmac_sha256(key_size: int, sizes: tuple[int, int]) -> None:
+    """The GIL-holding MAC is RFC 2104 HMAC-SHA256 of its two parts' concatenation."""
     key = os.urandom(key_size)
-    parts = [os.urandom(n) for n in sizes]
-    assert _Mac(key).digest(*parts) == hmac.digest(key, b"".join(parts), "sha256")
+    head, data = (os.urandom(n) for n in sizes)
+    assert _Mac(key).digest2(head, data) == hmac.digest(key, head + data, "sha256")
