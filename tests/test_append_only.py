@@ -319,3 +319,37 @@ def test_postgres_app_role_without_update_on_checkpoints(
         got = saver.get_tuple(later)
         _assert_original(got, cid)
         assert ("task", "__error__", "two") in got.pending_writes
+
+
+def test_postgres_app_role_without_update_refuses_a_run_delete_that_needs_a_tombstone(
+    app_without_update: tuple[str, str, str],
+) -> None:
+    """docs/security.md: under the recipe, a delete_for_runs whose survivor needs a chain
+    tombstone (an UPDATE of its row) fails whole; deleting the latest run still works."""
+    app_url, schema, admin_url = app_without_update
+    key = b"k" * 32
+    with PostgresSaver.from_conn_string(
+        app_url, schema=schema, row_level_security=True, integrity=key
+    ) as saver:
+        for run in ("r1", "r2", "r3"):
+            put_chain(saver, f"thread-{run}", 1)  # other threads: untouched throughout
+        configs = [*put_chain(saver, "t", 2, run_id="r1")]
+        parent = configs[-1]["configurable"]["checkpoint_id"]
+        for run in ("r2", "r3"):
+            cp = make_cp(step=run)
+            parent = saver.put(cfg("t", checkpoint_id=parent, run_id=run), cp, {"run_id": run}, {})[
+                "configurable"
+            ]["checkpoint_id"]
+        with pytest.raises(StorageError):
+            saver.delete_for_runs(["r2"])
+        assert len(list(saver.list(cfg("t")))) == 4
+        saver.delete_for_runs(["r3"])  # the latest run: no survivor loses its parent
+        assert len(list(saver.list(cfg("t")))) == 3
+    # the same delete by a role that may UPDATE (as the recipe's admin operations run)
+    with PostgresSaver.from_conn_string(
+        admin_url, schema=schema, row_level_security=True, integrity=key
+    ) as admin:
+        admin.delete_for_runs(["r1"])  # r2's checkpoint loses its parent: a tombstone
+        assert len(list(admin.list(cfg("t")))) == 1
+        assert admin.verify(thread_id="t").ok
+        assert all(admin.get_tuple(cfg(f"thread-{run}")) for run in ("r1", "r2", "r3"))

@@ -471,6 +471,107 @@ def test_deleted_thread_verifies_and_is_gone(
     assert summary["ok"] is True and summary["threads"] == 1, summary
 
 
+# ---- 6b. delete_for_runs --------------------------------------------------------------------
+
+
+def _put_runs(saver: Any, thread: str) -> dict[str, list[str]]:
+    """Three runs of two checkpoints each, in one parent chain, a blob channel and a
+    pending write on each: run id -> its checkpoint ids, oldest first."""
+    made: dict[str, list[str]] = {}
+    parent: str | None = None
+    i = 0
+    for r in ("r1", "r2", "r3"):
+        for _k in range(2):
+            cp = dict(empty_checkpoint())
+            cp["channel_values"] = {"step": i, "payload": {"i": i, "text": LONG}}
+            cp["channel_versions"] = {"step": f"{i + 1:032}.0", "payload": f"{i + 1:032}.0"}
+            config: dict[str, Any] = {
+                "configurable": {"thread_id": thread, "checkpoint_ns": "", "run_id": r}
+            }
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            stored = saver.put(config, cp, {"run_id": r, "step": i}, dict(cp["channel_versions"]))
+            parent = stored["configurable"]["checkpoint_id"]
+            saver.put_writes(stored, [("payload", {"w": i})], f"task-{i}")
+            made.setdefault(r, []).append(parent)
+            i += 1
+    return made
+
+
+def test_deleting_a_middle_run_leaves_a_tombstone_and_verifies(
+    spec: SaverSpec, capsys: Any, monkeypatch: Any
+) -> None:
+    """The first checkpoint of run r3 loses its parent (r2's last): it gets a tombstone."""
+    thread = "runs-" + uuid6().hex[:8]
+    a = {"configurable": {"thread_id": thread}}
+    with saver_of(spec) as saver:
+        made = _put_runs(saver, thread)
+        saver.delete_for_runs(["r2"])
+        left = [t.config["configurable"]["checkpoint_id"] for t in saver.list(a)]
+        assert sorted(left) == sorted(made["r1"] + made["r3"])
+        # the thread still reads and resumes from its latest checkpoint
+        latest = saver.get_tuple(a)
+        assert latest is not None and latest.checkpoint["channel_values"]["step"] == 5
+        assert latest.pending_writes and latest.pending_writes[0][2] == {"w": 5}
+        orphan = saver.get_tuple(
+            {"configurable": {"thread_id": thread, "checkpoint_id": made["r3"][0]}}
+        )
+        assert orphan is not None and orphan.checkpoint["channel_values"]["step"] == 4
+    with open_raw(spec, thread) as raw:
+        _inner, block = split_block(Sealed("msgpack", raw.body(made["r3"][0])))
+        assert block is not None and block.tombstone is not None
+        assert block.tombstone.parent == made["r2"][1]
+        assert block.tombstone.count == 2
+        assert {block.tombstone.first, block.tombstone.last} == set(made["r2"])
+        # the first run's checkpoints lost no parent: no tombstone
+        _inner, block = split_block(Sealed("msgpack", raw.body(made["r1"][1])))
+        assert block is not None and block.tombstone is None
+    code, out = verify_thread(spec, capsys, monkeypatch, thread)
+    assert code == 0, out
+    # deleting the last run removes no parent of a survivor: nothing to sign
+    with saver_of(spec) as saver:
+        saver.delete_for_runs(["r3"])
+        assert len(list(saver.list(a))) == 2
+    code, out = verify_thread(spec, capsys, monkeypatch, thread)
+    assert code == 0, out
+
+
+def test_deleting_a_middle_run_without_the_chain_key_is_refused(
+    spec: SaverSpec, capsys: Any, monkeypatch: Any
+) -> None:
+    """Without the key no tombstone can be signed: nothing is deleted, the chain holds."""
+    thread = "runs-" + uuid6().hex[:8]
+    a = {"configurable": {"thread_id": thread}}
+    with saver_of(spec) as saver:
+        made = _put_runs(saver, thread)
+    with saver_of(spec, integrity=None) as saver:
+        with pytest.raises(ChainKeyRequiredError, match="chain key"):
+            saver.delete_for_runs(["r2"])
+        assert len(list(saver.list(a))) == 6
+        # the last run leaves no survivor without its parent: deleted as before
+        saver.delete_for_runs(["r3"])
+        assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(a)] == [
+            *reversed(made["r2"]),
+            *reversed(made["r1"]),
+        ]
+    code, out = verify_thread(spec, capsys, monkeypatch, thread)
+    assert code == 0, out
+
+
+async def test_async_delete_for_runs_keeps_the_chain(spec: SaverSpec) -> None:
+    thread = "runs-" + uuid6().hex[:8]
+    a = {"configurable": {"thread_id": thread}}
+    with saver_of(spec) as saver:
+        made = _put_runs(saver, thread)
+    cls = _classes(spec.backend)[1]
+    async with cls.from_conn_string(spec.conn, integrity=KEY, **spec.kwargs) as saver:
+        await saver.adelete_for_runs(["r1", "r2"])
+        left = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(a)]
+        assert sorted(left) == sorted(made["r3"])
+        report = await saver.averify(thread_id=thread)
+        assert report.ok and report.checkpoints == 2, report
+
+
 # ---- 7. no chain, no key, wrong key -------------------------------------------------------------
 
 

@@ -224,12 +224,19 @@ class AdminOps(ChainOps):
         """Delete the checkpoints (and their writes) made by the given runs.
 
         A consistent Scan of the tenant's checkpoint items (DynamoDB has no
-        index by run without a GSI); returns how many checkpoints went.
+        index by run without a GSI); returns how many checkpoints went. A
+        checkpoint that stays while its parent goes first gets a chain
+        tombstone in its body, as in a ``keep_latest`` trim
+        (:meth:`~._chain.ChainOps._tombstone_trim`), in every thread before
+        anything is deleted (without the chain key, a chained survivor refuses
+        the whole call with ``ChainKeyRequiredError``).
         """
         ids = {str(r) for r in run_ids}
         if not ids:
             return 0
-        items = yield from self._scan_tenant(tenant, "c#", ("pk", "sk", "r", *OBJECT_ATTRIBUTES))
+        items = yield from self._scan_tenant(
+            tenant, "c#", ("pk", "sk", "r", "p", *OBJECT_ATTRIBUTES)
+        )
         doomed: set[tuple[str, str]] = set()
         for item in items:
             sk = item["sk"]["S"]
@@ -243,6 +250,13 @@ class AdminOps(ChainOps):
             if (pk, pointer_sk(ik.ns, ik.checkpoint_id)) in doomed:
                 by_pk.setdefault(pk, []).append(sk)
                 stored_in.extend(object_keys_of(item))
+        of_pk: dict[str, list[dict[str, Any]]] = {}
+        for item in items:
+            of_pk.setdefault(item["pk"]["S"], []).append(item)
+        for pk, sks in by_pk.items():
+            wanted = set(sks)
+            doomed_items = [i for i in of_pk[pk] if i["sk"]["S"] in wanted]
+            yield from self._tombstone_trim(pk, of_pk[pk], doomed_items)
         for pk, sks in by_pk.items():
             yield from self._delete_keys(pk, sks)
         # what of those checkpoints and writes went to S3 (blobs stay: they are shared)

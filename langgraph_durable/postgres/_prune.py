@@ -607,15 +607,7 @@ def trim_batch(
     stones = (yield from _tombstones(ops, links)) if links else None
     rewrite = ""
     if stones:
-        rewrite = (
-            f"r AS (UPDATE {s}.checkpoints c SET checkpoint = n.body FROM unnest("
-            "%(n_t)s::text[], %(n_th)s::text[], %(n_e)s::integer[], %(n_ns)s::text[], "
-            "%(n_id)s::text[], %(n_type)s::text[], %(n_body)s::bytea[]) AS n(tenant_id, "
-            "thread_id, epoch, checkpoint_ns, checkpoint_id, type, body) "
-            "WHERE c.tenant_id = n.tenant_id AND c.thread_id = n.thread_id "
-            "AND c.epoch = n.epoch AND c.checkpoint_ns = n.checkpoint_ns "
-            "AND c.checkpoint_id = n.checkpoint_id AND c.checkpoint_type = n.type), "
-        )
+        rewrite = rewrite_cte(s)
         tparams.update(stones)
     row = yield _q(
         f"WITH {rewrite}c AS (DELETE FROM {s}.checkpoints c USING {gone_rows} "
@@ -643,6 +635,49 @@ def trim_batch(
 
 
 # ---- chain tombstones (``integrity=``) ------------------------------------------------
+
+
+def rewrite_cte(s: str) -> str:
+    """``r AS (UPDATE ...), ``: the survivors' new bodies (the ``n_*`` arrays of
+    :func:`_tombstones`), for the statement that deletes their parents."""
+    return (
+        f"r AS (UPDATE {s}.checkpoints c SET checkpoint = n.body FROM unnest("
+        "%(n_t)s::text[], %(n_th)s::text[], %(n_e)s::integer[], %(n_ns)s::text[], "
+        "%(n_id)s::text[], %(n_type)s::text[], %(n_body)s::bytea[]) AS n(tenant_id, "
+        "thread_id, epoch, checkpoint_ns, checkpoint_id, type, body) "
+        "WHERE c.tenant_id = n.tenant_id AND c.thread_id = n.thread_id "
+        "AND c.epoch = n.epoch AND c.checkpoint_ns = n.checkpoint_ns "
+        "AND c.checkpoint_id = n.checkpoint_id AND c.checkpoint_type = n.type), "
+    )
+
+
+def run_tombstones(
+    ops: PostgresOps, tenant: str, rows: list[Any]
+) -> Generator[Any, Any, dict[str, list[Any]]]:
+    """``delete_for_runs``' tombstones: the survivors' new bodies (``n_*`` arrays).
+
+    ``rows``: (thread, epoch, namespace, checkpoint id, parent id, made by one of
+    the runs) of every checkpoint of the threads the runs wrote to. A checkpoint
+    that stays while its parent goes gets a tombstone, as in a ``keep_latest``
+    trim (one more statement reads the bodies; none when no parent of a
+    survivor goes). Without the chain key the same read refuses the delete when
+    such a survivor carries a chain block (``ChainKeyRequiredError``).
+    """
+    members: dict[tuple[str, str, int], list[tuple[CheckpointNode, int]]] = {}
+    gone: dict[tuple[str, str, int], set[tuple[str, str]]] = {}
+    for thread, epoch, ns, cid, parent, doomed in rows:
+        at = (tenant, str(thread), int(epoch))
+        node = CheckpointNode(str(ns), str(cid), parent or None, 4, False, False)
+        members.setdefault(at, []).append((node, 0))
+        if doomed:
+            gone.setdefault(at, set()).add((node.ns, node.checkpoint_id))
+    links: dict[_Scope, _Links] = {}
+    for at, doomed_here in gone.items():
+        _link(links, at, members[at], doomed_here)
+    if not links:
+        return {}
+    return (yield from _tombstones(ops, links))
+
 
 _Scope = tuple[str, str, int, str]  # tenant, thread, epoch, namespace
 

@@ -56,7 +56,7 @@ from ..errors import (
     StorageError,
 )
 from . import _rls
-from ._prune import prune_expired, thread_page, trim_batch
+from ._prune import prune_expired, rewrite_cte, run_tombstones, thread_page, trim_batch
 from ._query import Query
 from ._rls import tenant_scoped
 
@@ -412,6 +412,17 @@ class PostgresOps:
             "AND thread_id = %(thread)s) "
             f"DELETE FROM {s}.blobs WHERE tenant_id = %(tenant)s "
             "AND thread_id = %(thread)s AND epoch = (SELECT epoch FROM t)"
+        )
+        # Every checkpoint of the threads the runs wrote to, and whether a run made
+        # it: a survivor whose parent goes gets a chain tombstone (run_tombstones).
+        self.RUN_FAMILIES_SQL = (
+            "SELECT c.thread_id, c.epoch, c.checkpoint_ns, c.checkpoint_id, "
+            "c.parent_checkpoint_id, coalesce(c.run_id = ANY(%(run_ids)s::text[]), false) "
+            f"FROM {s}.checkpoints c JOIN (SELECT DISTINCT thread_id, epoch "
+            f"FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            "AND run_id = ANY(%(run_ids)s::text[])) AS d "
+            "ON c.thread_id = d.thread_id AND c.epoch = d.epoch "
+            "WHERE c.tenant_id = %(tenant)s"
         )
         self.DELETE_FOR_RUNS_SQL = (
             f"WITH c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
@@ -998,11 +1009,24 @@ class PostgresOps:
     @operation
     @tenant_scoped
     def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
-        """Delete the checkpoints (and their writes) made by the given runs."""
+        """Delete the checkpoints (and their writes) made by the given runs.
+
+        One statement reads which checkpoints of the runs' threads stay while
+        their parent goes; with the hash chain on, those get a tombstone, written
+        by the statement that deletes (see ``run_tombstones``), so the threads
+        still verify. That rewrite needs ``UPDATE`` on ``checkpoints``.
+        """
         ids = [str(r) for r in run_ids]
         if not ids:
             return 0
-        row = yield Query(self.DELETE_FOR_RUNS_SQL, {"tenant": tenant, "run_ids": ids}, "one")
+        params: dict[str, Any] = {"tenant": tenant, "run_ids": ids}
+        rows = yield Query(self.RUN_FAMILIES_SQL, params, "all")
+        stones = yield from run_tombstones(self, tenant, list(rows or []))
+        sql = self.DELETE_FOR_RUNS_SQL
+        if stones:
+            sql = "WITH " + rewrite_cte(self._s) + sql.removeprefix("WITH ")
+            params.update(stones)
+        row = yield Query(sql, params, "one")
         return int(row[0])
 
     @operation(transaction=True)

@@ -16,10 +16,10 @@ from typing import Any
 
 from .._core.retention import PruneRequest, Retention
 from .._core.sansio import operation
-from ..errors import InvalidInputError, StorageError
+from ..errors import DurableError, InvalidInputError, StorageError
 from . import _prune
 from ._base import OpsBase
-from ._keys import _ident, _is_meta
+from ._keys import SEP, _ident, _is_meta
 from ._records import _effect_fields, _pairs, _text
 from ._requests import BATCH_SIZE, Batch, Command, Script, _chunks, _first_error
 from ._scripts import (
@@ -28,13 +28,35 @@ from ._scripts import (
     EFFECT_WRITE,
     MERGE,
     PRUNE_SCRIPTS,
+    PRUNE_TRIM,
     READ_ALL,
     SCRIPTS,
 )
+from ._tombstones import Links, tombstone_args
 
 __all__ = ["AdminOps", "SetupResult"]
 
 log = logging.getLogger("langgraph_durable.redis")
+
+#: Attempts of ``delete_for_runs`` on a thread written to while it signs tombstones.
+_RUN_RETRIES = 5
+
+
+def _run_links(fields: Sequence[Any], pairs: Sequence[Any]) -> Links:
+    """``_tombstones.Links`` from ``DELETE_RUNS``' reply: the header-hash fields it
+    would delete, and (survivor field, its parent's field) pairs."""
+    removed: dict[str, list[str]] = {}
+    for f in fields:
+        ns, _, cid = bytes(f).decode().partition(SEP)
+        removed.setdefault(ns, []).append(cid)
+    found: Links = {}
+    for j in range(0, len(pairs) - 1, 2):
+        ns, _, survivor = bytes(pairs[j]).decode().partition(SEP)
+        _ns, _, parent = bytes(pairs[j + 1]).decode().partition(SEP)
+        survivors, _ids = found.setdefault(ns, ({}, sorted(removed.get(ns, ()))))
+        survivors[survivor] = parent
+    return found
+
 
 #: Payload bytes per script call when copying a thread.
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
@@ -143,6 +165,7 @@ class AdminOps(OpsBase):
         threads = yield from self._threads(tenant)
         total = 0
         gone: list[tuple[str, bytes]] = []
+        orphaned: list[tuple[str, bytes, list[Any]]] = []
         for chunk in _chunks(threads, BATCH_SIZE):
             results = yield Batch(
                 tuple(
@@ -150,12 +173,81 @@ class AdminOps(OpsBase):
                 )
             )
             _first_error(results)
-            for (thread, score), (deleted, remaining) in zip(chunk, results, strict=True):
-                total += int(deleted)
-                if not int(remaining):
+            for (thread, score), reply in zip(chunk, results, strict=True):
+                if int(reply[0]) < 0:
+                    orphaned.append((thread, score, reply))
+                    continue
+                total += int(reply[0])
+                if not int(reply[1]):
                     gone.append((thread, score))
+        if orphaned:
+            total += yield from self._delete_runs_under_survivors(tenant, ids, orphaned)
         yield from self._forget(tenant, gone)
         return total
+
+    def _delete_runs_under_survivors(
+        self, tenant: str, ids: list[str], orphaned: list[tuple[str, bytes, list[Any]]]
+    ) -> Generator[Any, Any, int]:
+        """``delete_for_runs`` in threads where a checkpoint that stays loses its parent.
+
+        Such a survivor gets a chain tombstone, as in a ``keep_latest`` trim:
+        ``DELETE_RUNS`` named the checkpoints to delete and the survivors (and
+        deleted nothing); the survivors' and their parents' payloads are read
+        (one round trip, ``_tombstones.tombstone_args``; without the chain key a
+        chained survivor raises ``ChainKeyRequiredError``) and ``PRUNE_TRIM``
+        writes the tombstones and deletes, atomically per thread and only if
+        the thread is as it was read (else the thread is looked at again).
+        """
+        total = 0
+        for _attempt in range(_RUN_RETRIES):
+            trims: list[tuple[str, str, Links]] = []
+            for thread, _score, reply in orphaned:
+                trims.append((tenant, thread, _run_links(reply[4], reply[5])))
+            signed: list[list[bytes]] = []
+            for args in (yield from tombstone_args(self.keys, self.codec.chain, trims)):
+                if isinstance(args, DurableError):
+                    raise args
+                signed.append(args)
+            results = yield Batch(
+                tuple(
+                    Script(
+                        PRUNE_TRIM,
+                        self.keys.thread(tenant, thread),
+                        (int(reply[2]), reply[3], "0", len(args) // 3, *args, *reply[4]),
+                    )
+                    for (thread, _score, reply), args in zip(orphaned, signed, strict=True)
+                )
+            )
+            _first_error(results)
+            again: list[tuple[str, bytes]] = []
+            for (thread, score, _reply), (status, checkpoints, _size) in zip(
+                orphaned, results, strict=True
+            ):
+                if int(status) == 1:
+                    total += int(checkpoints)
+                elif int(status) < 0:
+                    again.append((thread, score))  # written since it was read
+            if not again:
+                return total
+            results = yield Batch(
+                tuple(
+                    Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids)) for t, _ in again
+                )
+            )
+            _first_error(results)
+            orphaned = []
+            for (thread, score), reply in zip(again, results, strict=True):
+                if int(reply[0]) < 0:
+                    orphaned.append((thread, score, reply))
+                else:
+                    total += int(reply[0])
+            if not orphaned:
+                return total
+        raise StorageError(
+            f"delete_for_runs: {len(orphaned)} thread(s) of tenant {tenant!r} kept changing "
+            f"while their chain tombstones were written ({_RUN_RETRIES} attempts); "
+            "nothing of them was deleted, call it again"
+        )
 
     @operation
     def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:

@@ -425,3 +425,42 @@ async def _state(graph: Any, config: dict[str, Any], is_async: bool) -> Any:
     if is_async:
         return await graph.aget_state(config)
     return graph.get_state(config)
+
+
+def test_a_run_delete_retries_a_thread_written_while_it_signs(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delete_for_runs under a survivor: a put between the read of the payloads and the
+    trim script makes the script refuse (nothing deleted), and the thread is done again."""
+    from langgraph_durable.redis import _admin
+
+    with (
+        RedisSaver.from_conn_string(redis_url, prefix=redis_prefix, integrity=KEY) as saver,
+        RedisSaver.from_conn_string(redis_url, prefix=redis_prefix, integrity=KEY) as other,
+    ):
+        first = put_chain(saver, "th", 2, run_id="r1")
+        parent = first[-1]["configurable"]["checkpoint_id"]
+        later = saver.put(
+            cfg("th", checkpoint_id=parent, run_id="r2"), make_cp(step=9), {"run_id": "r2"}, {}
+        )
+        real = _admin.tombstone_args
+        calls: list[int] = []
+
+        def meddling(*args: Any) -> Generator[Any, Any, Any]:
+            result = yield from real(*args)
+            calls.append(len(calls))
+            if len(calls) == 1:  # a writer adds a checkpoint to the thread meanwhile
+                other.put(
+                    cfg("th", checkpoint_id=later["configurable"]["checkpoint_id"], run_id="r3"),
+                    make_cp(step=10),
+                    {"run_id": "r3"},
+                    {},
+                )
+            return result
+
+        monkeypatch.setattr(_admin, "tombstone_args", meddling)
+        saver.delete_for_runs(["r1"])
+        assert calls == [0, 1]  # the payloads were read again after the refused trim
+        left = [t.metadata.get("run_id") for t in saver.list(cfg("th"))]
+        assert left == ["r3", "r2"]
+        assert saver.verify(thread_id="th").ok
