@@ -498,14 +498,20 @@ def _put_runs(saver: Any, thread: str) -> dict[str, list[str]]:
     return made
 
 
+def _runs_thread(spec: SaverSpec) -> tuple[str, dict[str, Any], dict[str, list[str]]]:
+    """A new thread of :func:`_put_runs` (written with the chain key): (id, config, runs)."""
+    thread = "runs-" + uuid6().hex[:8]
+    with saver_of(spec) as saver:
+        made = _put_runs(saver, thread)
+    return thread, {"configurable": {"thread_id": thread}}, made
+
+
 def test_deleting_a_middle_run_leaves_a_tombstone_and_verifies(
     spec: SaverSpec, capsys: Any, monkeypatch: Any
 ) -> None:
     """The first checkpoint of run r3 loses its parent (r2's last): it gets a tombstone."""
-    thread = "runs-" + uuid6().hex[:8]
-    a = {"configurable": {"thread_id": thread}}
+    thread, a, made = _runs_thread(spec)
     with saver_of(spec) as saver:
-        made = _put_runs(saver, thread)
         saver.delete_for_runs(["r2"])
         left = [t.config["configurable"]["checkpoint_id"] for t in saver.list(a)]
         assert sorted(left) == sorted(made["r1"] + made["r3"])
@@ -540,10 +546,7 @@ def test_deleting_a_middle_run_without_the_chain_key_is_refused(
     spec: SaverSpec, capsys: Any, monkeypatch: Any
 ) -> None:
     """Without the key no tombstone can be signed: nothing is deleted, the chain holds."""
-    thread = "runs-" + uuid6().hex[:8]
-    a = {"configurable": {"thread_id": thread}}
-    with saver_of(spec) as saver:
-        made = _put_runs(saver, thread)
+    thread, a, made = _runs_thread(spec)
     with saver_of(spec, integrity=None) as saver:
         with pytest.raises(ChainKeyRequiredError, match="chain key"):
             saver.delete_for_runs(["r2"])
@@ -559,10 +562,7 @@ def test_deleting_a_middle_run_without_the_chain_key_is_refused(
 
 
 async def test_async_delete_for_runs_keeps_the_chain(spec: SaverSpec) -> None:
-    thread = "runs-" + uuid6().hex[:8]
-    a = {"configurable": {"thread_id": thread}}
-    with saver_of(spec) as saver:
-        made = _put_runs(saver, thread)
+    thread, a, made = _runs_thread(spec)
     cls = _classes(spec.backend)[1]
     async with cls.from_conn_string(spec.conn, integrity=KEY, **spec.kwargs) as saver:
         await saver.adelete_for_runs(["r1", "r2"])

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.retention import PruneRequest, Retention
 from .._core.sansio import operation
-from ..errors import DurableError, InvalidInputError, StorageError
+from ..errors import InvalidInputError, StorageError
 from . import _prune
 from ._base import OpsBase
 from ._keys import SEP, _ident, _is_meta
@@ -32,7 +32,7 @@ from ._scripts import (
     READ_ALL,
     SCRIPTS,
 )
-from ._tombstones import Links, tombstone_args
+from ._tombstones import Links, signed_trims
 
 __all__ = ["AdminOps", "SetupResult"]
 
@@ -193,7 +193,7 @@ class AdminOps(OpsBase):
         Such a survivor gets a chain tombstone, as in a ``keep_latest`` trim:
         ``DELETE_RUNS`` named the checkpoints to delete and the survivors (and
         deleted nothing); the survivors' and their parents' payloads are read
-        (one round trip, ``_tombstones.tombstone_args``; without the chain key a
+        (one round trip, ``_tombstones.signed_trims``; without the chain key a
         chained survivor raises ``ChainKeyRequiredError``) and ``PRUNE_TRIM``
         writes the tombstones and deletes, atomically per thread and only if
         the thread is as it was read (else the thread is looked at again).
@@ -203,11 +203,7 @@ class AdminOps(OpsBase):
             trims: list[tuple[str, str, Links]] = []
             for thread, _score, reply in orphaned:
                 trims.append((tenant, thread, _run_links(reply[4], reply[5])))
-            signed: list[list[bytes]] = []
-            for args in (yield from tombstone_args(self.keys, self.codec.chain, trims)):
-                if isinstance(args, DurableError):
-                    raise args
-                signed.append(args)
+            signed = yield from signed_trims(self.keys, self.codec.chain, trims)
             results = yield Batch(
                 tuple(
                     Script(

@@ -71,7 +71,7 @@ from ._scripts import (
     PRUNE_SCRIPTS,
     PRUNE_TRIM,
 )
-from ._tombstones import Links, tombstone_args
+from ._tombstones import Links, signed_trims, tombstone_args
 from ._tombstones import links as _links
 
 __all__ = [
@@ -582,15 +582,9 @@ def trim_threads(
             todo = []
             if not plans:
                 break
-            sealed: list[list[bytes]] = []
-            for args in (
-                yield from tombstone_args(
-                    keys, chain, [(tenant, t, trim.links) for t, _hlen, trim in plans]
-                )
-            ):
-                if isinstance(args, DurableError):
-                    raise args
-                sealed.append(args)
+            sealed = yield from signed_trims(
+                keys, chain, [(tenant, t, trim.links) for t, _hlen, trim in plans]
+            )
             results = yield Batch(
                 tuple(
                     Script(

@@ -33,7 +33,7 @@ from ._keys import SEP, KeyLayout
 from ._records import _pack
 from ._requests import Batch, Command, _first_error
 
-__all__ = ["Links", "links", "tombstone_args"]
+__all__ = ["Links", "links", "tombstone_args", "signed_trims"]
 
 #: Namespace -> (surviving checkpoint id -> its removed parent's id, every
 #: removed checkpoint id of the namespace); only namespaces with such a survivor.
@@ -172,3 +172,17 @@ def tombstone_args(
 def _body(raw: bytes, thread: str) -> Sealed:
     parts = _payload(raw, f"of thread {thread!r}")
     return Sealed(parts[1], parts[2])
+
+
+def signed_trims(
+    keys: KeyLayout,
+    chain: ChainKey | None,
+    trims: Sequence[tuple[str, str, Links]],
+) -> Generator[Any, Any, list[list[bytes]]]:
+    """:func:`tombstone_args` for callers that stop at the first thread it cannot sign."""
+    out: list[list[bytes]] = []
+    for args in (yield from tombstone_args(keys, chain, trims)):
+        if isinstance(args, DurableError):
+            raise args
+        out.append(args)
+    return out

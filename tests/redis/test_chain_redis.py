@@ -432,7 +432,7 @@ def test_a_run_delete_retries_a_thread_written_while_it_signs(
 ) -> None:
     """delete_for_runs under a survivor: a put between the read of the payloads and the
     trim script makes the script refuse (nothing deleted), and the thread is done again."""
-    from langgraph_durable.redis import _admin
+    from langgraph_durable.redis import _tombstones
 
     with (
         RedisSaver.from_conn_string(redis_url, prefix=redis_prefix, integrity=KEY) as saver,
@@ -443,7 +443,7 @@ def test_a_run_delete_retries_a_thread_written_while_it_signs(
         later = saver.put(
             cfg("th", checkpoint_id=parent, run_id="r2"), make_cp(step=9), {"run_id": "r2"}, {}
         )
-        real = _admin.tombstone_args
+        real = _tombstones.tombstone_args
         calls: list[int] = []
 
         def meddling(*args: Any) -> Generator[Any, Any, Any]:
@@ -458,7 +458,7 @@ def test_a_run_delete_retries_a_thread_written_while_it_signs(
                 )
             return result
 
-        monkeypatch.setattr(_admin, "tombstone_args", meddling)
+        monkeypatch.setattr(_tombstones, "tombstone_args", meddling)
         saver.delete_for_runs(["r1"])
         assert calls == [0, 1]  # the payloads were read again after the refused trim
         left = [t.metadata.get("run_id") for t in saver.list(cfg("th"))]
