@@ -37,7 +37,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ChainKeyRequiredError, ConfigurationError, IntegrityError
@@ -69,12 +69,21 @@ def _lp(value: str) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
+#: u32 big-endian lengths below 1,024 as 4-character latin-1 strings (see ``_lps``).
+_LEN4 = [n.to_bytes(4, "big").decode("latin-1") for n in range(1024)]
+
+
 def _lps(*values: str) -> bytes:
-    """``b"".join(map(_lp, values))``, in one pass for ASCII strings."""
+    """``b"".join(map(_lp, values))``, in one pass for short ASCII strings.
+
+    An ASCII string's UTF-8 bytes are its latin-1 bytes, and so are a length's
+    four bytes written as four latin-1 characters: the whole encodes at once.
+    """
     if "".join(values).isascii():
-        return b"".join(
-            [part for v in values for part in (len(v).to_bytes(4, "big"), v.encode("ascii"))]
-        )
+        try:
+            return "".join([_LEN4[len(v)] + v for v in values]).encode("latin-1")
+        except IndexError:  # a string of 1,024 characters or more
+            pass
     return b"".join(map(_lp, values))
 
 
@@ -141,23 +150,29 @@ class ChainBlock:
     tombstone: Tombstone | None = None
 
     def encode(self) -> bytes:
-        covers = self.covers
-        if self.tombstone is None and (
-            not covers
-            or (
-                all([type(t) is str and type(i) is int for t, i in covers])
-                and _PLAIN("".join([t for t, _i in covers])) is not None
-            )
-        ):
-            # what json.dumps writes for these (plain task ids), without its machinery
-            text = '{"c":[' + ",".join([f'["{t}",{i}]' for t, i in covers]) + "]}"
-        else:
-            doc: dict[str, Any] = {"c": [list(c) for c in self.covers]}
-            if self.tombstone is not None:
-                doc["t"] = self.tombstone.to_json()
-            text = json.dumps(doc, separators=(",", ":"))
-        payload = self.digest + text.encode()
-        return payload + len(payload).to_bytes(4, "big") + _MAGIC
+        return encode_block(self.digest, self.covers, self.tombstone)
+
+
+def encode_block(
+    digest: bytes, covers: tuple[tuple[str, int], ...], tombstone: Tombstone | None = None
+) -> bytes:
+    """``ChainBlock(digest, covers, tombstone).encode()`` (without making the block)."""
+    if tombstone is None and (
+        not covers
+        or (
+            all([type(t) is str and type(i) is int for t, i in covers])
+            and _PLAIN("".join([t for t, _i in covers])) is not None
+        )
+    ):
+        # what json.dumps writes for these (plain task ids), without its machinery
+        text = '{"c":[' + ",".join([f'["{t}",{i}]' for t, i in covers]) + "]}"
+    else:
+        doc: dict[str, Any] = {"c": [list(c) for c in covers]}
+        if tombstone is not None:
+            doc["t"] = tombstone.to_json()
+        text = json.dumps(doc, separators=(",", ":"))
+    payload = digest + text.encode()
+    return payload + len(payload).to_bytes(4, "big") + _MAGIC
 
 
 #: A string json.dumps writes as itself between quotes.
@@ -406,10 +421,12 @@ def _what(identity: RecordIdentity, problem: str) -> str:
     )
 
 
-@dataclass
 class _Known:
-    digest: bytes | None  # None: writes seen before the checkpoint's own put ended
-    writes: set[tuple[str, int]] = field(default_factory=set)
+    __slots__ = ("digest", "writes")
+
+    def __init__(self, digest: bytes | None) -> None:
+        self.digest = digest  # None: writes seen before the checkpoint's own put ended
+        self.writes: set[tuple[str, int]] = set()
 
 
 class ChainCache:

@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from ..errors import CorruptRecordError, InvalidInputError
-from .chain import TAG_SIZE, ChainBlock, ChainCache, ChainKey, split_block
+from .chain import TAG_SIZE, ChainCache, ChainKey, encode_block, split_block
 from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written
 from .records import (
     BlobDelta,
@@ -341,9 +341,7 @@ class CheckpointCodec:
                 blob_refs,
                 covers,
             )
-            sealed_body = Sealed(
-                sealed_body.type, sealed_body.data + ChainBlock(digest, covers).encode()
-            )
+            sealed_body = Sealed(sealed_body.type, sealed_body.data + encode_block(digest, covers))
         return CheckpointRecord(
             tenant=key.tenant,
             thread=key.thread,

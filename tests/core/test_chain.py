@@ -13,6 +13,8 @@ from langgraph_durable._core.chain import (
     ChainBlock,
     ChainCache,
     ChainKey,
+    _lp,
+    _lps,
     _Mac,
     chain_key,
     join_block,
@@ -174,3 +176,19 @@ def test_mac_is_hmac_sha256(key_size: int, sizes: tuple[int, int]) -> None:
     key = os.urandom(key_size)
     head, data = (os.urandom(n) for n in sizes)
     assert _Mac(key).digest2(head, data) == hmac.digest(key, head + data, "sha256")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        (),
+        ("",),
+        ("a", "", "bc"),
+        ("x" * 255, "y" * 256, "z" * 1023),  # lengths whose bytes are not ASCII
+        ("x" * 1024, "short"),  # past the table of lengths
+        ("t\u00ebn\u00e4nt", "thread"),  # not ASCII: UTF-8 bytes, byte lengths
+        ("\U0001f600", "\x7f\x80"),
+    ],
+)
+def test_length_prefixed_strings_in_one_pass_are_the_same_bytes(values: tuple[str, ...]) -> None:
+    assert _lps(*values) == b"".join(_lp(v) for v in values)
