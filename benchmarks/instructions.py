@@ -14,6 +14,12 @@ the two totals over the difference in ``put`` calls (a step, as ``run.py`` count
 the client's instructions per step, start-up and imports excluded; the C functions whose
 counts grow most against the first variant show where the difference goes.
 
+``--codec`` counts the saver's codec alone instead (what a ``put`` and a ``put_writes``
+encode: records, tags, the chain), replaying the ``put``/``put_writes`` calls of one
+recorded graph on new thread ids without I/O or threads: no background thread or network
+timing takes part, so the counts repeat to a few thousand instructions per step, where the
+whole client's move by some tens of thousands from run to run.
+
 Valgrind runs OpenSSL's SHA-256 without the CPU's SHA extensions, so hashing counts for
 more here than it costs natively (``openssl speed -evp sha256`` gives the native rate).
 
@@ -57,13 +63,7 @@ def _child(url: str, variant: str, graphs: int, turns: int, schema: str) -> int:
 
     from langgraph_durable.postgres import PostgresSaver
 
-    kwargs: dict[str, Any] = {}
-    if variant == "int":
-        kwargs["integrity"] = b"instructions benchmark chain key"
-    elif variant == "enc":
-        from savers import encryption
-
-        kwargs["encryption"] = encryption()
+    kwargs = _options(variant)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # type: ignore[arg-type]
     pool = ConnectionPool(url, min_size=1, max_size=1, open=True)
@@ -92,6 +92,45 @@ def _child(url: str, variant: str, graphs: int, turns: int, schema: str) -> int:
     return 0
 
 
+def _codec_child(variant: str, threads: int, turns: int) -> int:
+    """Replay one recorded graph's put/put_writes calls on ``threads`` new threads through
+    the codec of a saver of ``variant`` (never connected); print how many puts."""
+    from psycopg_pool import ConnectionPool
+    from workload import record_calls, retarget
+
+    from langgraph_durable._core.codec import thread_key
+    from langgraph_durable.postgres import PostgresSaver
+
+    saver = PostgresSaver(ConnectionPool("postgresql://", open=False), **_options(variant))
+    codec = saver._ops.codec
+    calls = record_calls(turns)
+    puts = 0
+    for i in range(threads):
+        for call in retarget(calls, f"g-{i}"):
+            config = call[1]
+            key = thread_key(config, None, "default")
+            if call[0] == "put":
+                codec.written(codec.encode_checkpoint(key, config, call[2], call[3], call[4]))
+                puts += 1
+            else:
+                cid = config["configurable"]["checkpoint_id"]
+                path = call[4] if len(call) > 4 else ""
+                codec.encode_writes(key, cid, call[2], call[3], path)
+                codec.wrote(key, cid, call[2], call[3])
+    print(json.dumps({"puts": puts}))
+    return 0
+
+
+def _options(variant: str) -> dict[str, Any]:
+    if variant == "int":
+        return {"integrity": b"instructions benchmark chain key"}
+    if variant == "enc":
+        from savers import encryption
+
+        return {"encryption": encryption()}
+    return {}
+
+
 def _counts(path: Path) -> tuple[int, dict[str, int]]:
     """(program total, self instructions per C function) of a callgrind output file."""
     out = subprocess.run(
@@ -115,7 +154,7 @@ def _counts(path: Path) -> tuple[int, dict[str, int]]:
 
 
 def _measure(
-    url: str, variant: str, graphs: int, turns: int, work: Path
+    url: str, variant: str, graphs: int, turns: int, work: Path, codec: bool
 ) -> tuple[int, int, dict[str, int]]:
     """(puts, total instructions, per-function) of one child under callgrind."""
     out = work / f"callgrind.{variant}.{graphs}.out"
@@ -135,6 +174,7 @@ def _measure(
         url,
         "--schema",
         schema,
+        *(["--codec"] if codec else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -148,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("BENCH_PG_URL", DEFAULT_URL))
     p.add_argument("--variants", default="plain,int", help=f"comma list from {VARIANTS}")
-    p.add_argument("--graphs", default="5,25", help="the two numbers of graphs (fewer,more)")
+    p.add_argument(
+        "--graphs",
+        help="the two numbers of graphs (fewer,more; default 5,25, with --codec 20,120)",
+    )
+    p.add_argument("--codec", action="store_true", help="the codec alone (see above)")
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--top", type=int, default=15, help="C functions listed per variant")
     p.add_argument("--out", default=str(HERE / "results"))
@@ -156,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schema", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
+        if args.codec:
+            return _codec_child(args.child[0], int(args.child[1]), args.turns)
         return _child(args.url, args.child[0], int(args.child[1]), args.turns, args.schema)
+    if args.graphs is None:
+        args.graphs = "20,120" if args.codec else "5,25"
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
@@ -180,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [(v, n) for v in variants for n in (small, large)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             futures = {
-                job: pool.submit(_measure, args.url, job[0], job[1], args.turns, Path(tmp))
+                job: pool.submit(
+                    _measure, args.url, job[0], job[1], args.turns, Path(tmp), args.codec
+                )
                 for job in jobs
             }
             done = {job: f.result() for job, f in futures.items()}
@@ -201,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     base = variants[0]
     lines = [
         f"`python benchmarks/instructions.py --variants {','.join(variants)} "
-        f"--graphs {small},{large} --turns {args.turns}`",
+        f"--graphs {small},{large} --turns {args.turns}{' --codec' if args.codec else ''}`",
         "",
         "| variant | instructions per step | against " + base + " |",
         "|---|---|---|",
@@ -227,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     doc = {
         "created": stamp,
-        "settings": {"variants": variants, "graphs": [small, large], "turns": args.turns},
+        "settings": {
+            "variants": variants,
+            "graphs": [small, large],
+            "turns": args.turns,
+            "codec": args.codec,
+        },
         "environment": environment([]),
         "results": {
             v: {
