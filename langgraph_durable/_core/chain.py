@@ -279,15 +279,9 @@ class ChainKey:
         return self._mac.digest2(_tag_head(identity, type_), data)
 
     def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
-        """``sealed`` with its tag appended (:meth:`tag` inlined: a few tags per step)."""
+        """``sealed`` with its tag appended."""
         type_, data = sealed.type, sealed.data
-        fields = (*_identity_fields(identity), type_)
-        joined = "".join(fields)
-        if joined.isascii():
-            head = b"lgd-tag/2" + _HEAD_LENGTHS.pack(*map(len, fields)) + joined.encode("ascii")
-        else:
-            head = _tag_head(identity, type_)
-        return Sealed(type_, data + self._mac.digest2(head, data))
+        return Sealed(type_, data + self._mac.digest2(_tag_head(identity, type_), data))
 
     def check(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """The stored bytes without their tag; IntegrityError if the tag does not hold."""

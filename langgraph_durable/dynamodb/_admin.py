@@ -242,23 +242,20 @@ class AdminOps(ChainOps):
             sk = item["sk"]["S"]
             if _str(item, "r") in ids and parse_checkpoint_sk(sk).kind == "pointer":
                 doomed.add((item["pk"]["S"], sk))
-        by_pk: dict[str, list[str]] = {}
+        by_pk: dict[str, list[dict[str, Any]]] = {}  # what goes, per thread
+        of_pk: dict[str, list[dict[str, Any]]] = {}  # every item, per thread
         stored_in: list[str] = []
         for item in items:
             pk, sk = item["pk"]["S"], item["sk"]["S"]
+            of_pk.setdefault(pk, []).append(item)
             ik = parse_checkpoint_sk(sk)
             if (pk, pointer_sk(ik.ns, ik.checkpoint_id)) in doomed:
-                by_pk.setdefault(pk, []).append(sk)
+                by_pk.setdefault(pk, []).append(item)
                 stored_in.extend(object_keys_of(item))
-        of_pk: dict[str, list[dict[str, Any]]] = {}
-        for item in items:
-            of_pk.setdefault(item["pk"]["S"], []).append(item)
-        for pk, sks in by_pk.items():
-            wanted = set(sks)
-            doomed_items = [i for i in of_pk[pk] if i["sk"]["S"] in wanted]
-            yield from self._tombstone_trim(pk, of_pk[pk], doomed_items)
-        for pk, sks in by_pk.items():
-            yield from self._delete_keys(pk, sks)
+        for pk, gone in by_pk.items():
+            yield from self._tombstone_trim(pk, of_pk[pk], gone)
+        for pk, gone in by_pk.items():
+            yield from self._delete_keys(pk, [i["sk"]["S"] for i in gone])
         # what of those checkpoints and writes went to S3 (blobs stay: they are shared)
         yield from self._delete_objects(stored_in)
         return len(doomed)

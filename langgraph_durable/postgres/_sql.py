@@ -424,8 +424,9 @@ class PostgresOps:
             "ON c.thread_id = d.thread_id AND c.epoch = d.epoch "
             "WHERE c.tenant_id = %(tenant)s"
         )
+        # after "WITH " and, with tombstones to write, rewrite_cte (delete_for_runs)
         self.DELETE_FOR_RUNS_SQL = (
-            f"WITH c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
+            f"c AS (DELETE FROM {s}.checkpoints WHERE tenant_id = %(tenant)s "
             "AND run_id = ANY(%(run_ids)s::text[]) "
             "RETURNING thread_id, checkpoint_ns, checkpoint_id, epoch), "
             f"w AS (DELETE FROM {s}.writes w USING c WHERE w.tenant_id = %(tenant)s "
@@ -1020,13 +1021,13 @@ class PostgresOps:
         if not ids:
             return 0
         params: dict[str, Any] = {"tenant": tenant, "run_ids": ids}
-        rows = yield Query(self.RUN_FAMILIES_SQL, params, "all")
-        stones = yield from run_tombstones(self, tenant, list(rows or []))
-        sql = self.DELETE_FOR_RUNS_SQL
-        if stones:
-            sql = "WITH " + rewrite_cte(self._s) + sql.removeprefix("WITH ")
-            params.update(stones)
-        row = yield Query(sql, params, "one")
+        rows = list((yield Query(self.RUN_FAMILIES_SQL, params, "all")) or [])
+        if not rows:
+            return 0  # the runs have no checkpoint here
+        stones = yield from run_tombstones(self, tenant, rows)
+        params.update(stones)
+        rewrite = rewrite_cte(self._s) if stones else ""
+        row = yield Query(f"WITH {rewrite}{self.DELETE_FOR_RUNS_SQL}", params, "one")
         return int(row[0])
 
     @operation(transaction=True)

@@ -156,7 +156,10 @@ class AdminOps(OpsBase):
         """Delete the checkpoints (and their writes) made by the given runs.
 
         Visits every thread in the tenant's index, a pipeline per ``BATCH_SIZE``
-        threads; each thread's script is atomic.
+        threads; each thread's script is atomic. A thread where a checkpoint that
+        stays would lose its parent is deleted with chain tombstones
+        (:meth:`_trim_under_survivors`), and looked at again, up to
+        ``_RUN_RETRIES`` times, when it was written to meanwhile.
         """
         ids = [str(r) for r in run_ids]
         if not ids:
@@ -165,30 +168,43 @@ class AdminOps(OpsBase):
         threads = yield from self._threads(tenant)
         total = 0
         gone: list[tuple[str, bytes]] = []
-        orphaned: list[tuple[str, bytes, list[Any]]] = []
         for chunk in _chunks(threads, BATCH_SIZE):
-            results = yield Batch(
-                tuple(
-                    Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids)) for t, _ in chunk
+            pending = list(chunk)
+            for _attempt in range(_RUN_RETRIES):
+                results = yield Batch(
+                    tuple(
+                        Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids))
+                        for t, _ in pending
+                    )
                 )
-            )
-            _first_error(results)
-            for (thread, score), reply in zip(chunk, results, strict=True):
-                if int(reply[0]) < 0:
-                    orphaned.append((thread, score, reply))
-                    continue
-                total += int(reply[0])
-                if not int(reply[1]):
-                    gone.append((thread, score))
-        if orphaned:
-            total += yield from self._delete_runs_under_survivors(tenant, ids, orphaned)
+                _first_error(results)
+                orphaned: list[tuple[str, bytes, list[Any]]] = []
+                for (thread, score), reply in zip(pending, results, strict=True):
+                    if int(reply[0]) < 0:
+                        orphaned.append((thread, score, reply))
+                        continue
+                    total += int(reply[0])
+                    if not int(reply[1]):
+                        gone.append((thread, score))
+                if not orphaned:
+                    break
+                deleted, pending = yield from self._trim_under_survivors(tenant, orphaned)
+                total += deleted
+                if not pending:
+                    break
+            else:
+                raise StorageError(
+                    f"delete_for_runs: {len(pending)} thread(s) of tenant {tenant!r} kept "
+                    f"changing while their chain tombstones were written ({_RUN_RETRIES} "
+                    "attempts); nothing of them was deleted, call it again"
+                )
         yield from self._forget(tenant, gone)
         return total
 
-    def _delete_runs_under_survivors(
-        self, tenant: str, ids: list[str], orphaned: list[tuple[str, bytes, list[Any]]]
-    ) -> Generator[Any, Any, int]:
-        """``delete_for_runs`` in threads where a checkpoint that stays loses its parent.
+    def _trim_under_survivors(
+        self, tenant: str, orphaned: list[tuple[str, bytes, list[Any]]]
+    ) -> Generator[Any, Any, tuple[int, list[tuple[str, bytes]]]]:
+        """The run delete of threads where a checkpoint that stays loses its parent.
 
         Such a survivor gets a chain tombstone, as in a ``keep_latest`` trim:
         ``DELETE_RUNS`` named the checkpoints to delete and the survivors (and
@@ -196,54 +212,31 @@ class AdminOps(OpsBase):
         (one round trip, ``_tombstones.signed_trims``; without the chain key a
         chained survivor raises ``ChainKeyRequiredError``) and ``PRUNE_TRIM``
         writes the tombstones and deletes, atomically per thread and only if
-        the thread is as it was read (else the thread is looked at again).
+        the thread is as it was read. Returns (checkpoints deleted, the threads
+        written to since they were read: to be looked at again).
         """
-        total = 0
-        for _attempt in range(_RUN_RETRIES):
-            trims: list[tuple[str, str, Links]] = []
-            for thread, _score, reply in orphaned:
-                trims.append((tenant, thread, _run_links(reply[4], reply[5])))
-            signed = yield from signed_trims(self.keys, self.codec.chain, trims)
-            results = yield Batch(
-                tuple(
-                    Script(
-                        PRUNE_TRIM,
-                        self.keys.thread(tenant, thread),
-                        (int(reply[2]), reply[3], "0", len(args) // 3, *args, *reply[4]),
-                    )
-                    for (thread, _score, reply), args in zip(orphaned, signed, strict=True)
+        trims = [(tenant, thread, _run_links(reply[4], reply[5])) for thread, _s, reply in orphaned]
+        signed = yield from signed_trims(self.keys, self.codec.chain, trims)
+        results = yield Batch(
+            tuple(
+                Script(
+                    PRUNE_TRIM,
+                    self.keys.thread(tenant, thread),
+                    (int(reply[2]), reply[3], "0", len(args) // 3, *args, *reply[4]),
                 )
+                for (thread, _score, reply), args in zip(orphaned, signed, strict=True)
             )
-            _first_error(results)
-            again: list[tuple[str, bytes]] = []
-            for (thread, score, _reply), (status, checkpoints, _size) in zip(
-                orphaned, results, strict=True
-            ):
-                if int(status) == 1:
-                    total += int(checkpoints)
-                elif int(status) < 0:
-                    again.append((thread, score))  # written since it was read
-            if not again:
-                return total
-            results = yield Batch(
-                tuple(
-                    Script(DELETE_RUNS, self.keys.thread(tenant, t), tuple(ids)) for t, _ in again
-                )
-            )
-            _first_error(results)
-            orphaned = []
-            for (thread, score), reply in zip(again, results, strict=True):
-                if int(reply[0]) < 0:
-                    orphaned.append((thread, score, reply))
-                else:
-                    total += int(reply[0])
-            if not orphaned:
-                return total
-        raise StorageError(
-            f"delete_for_runs: {len(orphaned)} thread(s) of tenant {tenant!r} kept changing "
-            f"while their chain tombstones were written ({_RUN_RETRIES} attempts); "
-            "nothing of them was deleted, call it again"
         )
+        _first_error(results)
+        deleted, again = 0, []
+        for (thread, score, _reply), (status, checkpoints, _size) in zip(
+            orphaned, results, strict=True
+        ):
+            if int(status) == 1:
+                deleted += int(checkpoints)
+            elif int(status) < 0:
+                again.append((thread, score))
+        return deleted, again
 
     @operation
     def copy_thread(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
