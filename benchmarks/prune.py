@@ -758,7 +758,16 @@ def run_postgres(args: argparse.Namespace, tag: str) -> dict[str, Any]:
     live = [p for p in plan if p["live"]]
     expired = [p for p in plan if not p["live"]]
     kept_backs = {p["back"] for p in live if p["back"]}
-    phase1_threads = sum(1 for p in expired if p["back"] not in kept_backs)
+    # The pruner moves an old epoch's live threads forward when they are no more
+    # than its expired ones (then the epoch drops whole, in the partition phase).
+    moved_backs = {
+        b
+        for b in kept_backs
+        if sum(1 for p in live if p["back"] == b) <= sum(1 for p in expired if p["back"] == b)
+    }
+    phase1_threads = sum(
+        1 for p in expired if p["back"] not in kept_backs or p["back"] in moved_backs
+    )
     out: dict[str, Any] = {
         "threads": args.threads,
         "per_thread": args.per_thread,
@@ -961,9 +970,9 @@ def markdown(doc: dict[str, Any]) -> str:
             "",
             f"{pg['threads']:,} threads x {pg['per_thread']} checkpoints; "
             f"{pg['expired_threads']:,} expired ({pg['expired_in_droppable_epochs']:,} in "
-            f"droppable epochs, {pg['expired_in_kept_epochs']:,} in epochs that live threads "
-            f"keep), {pg['live_threads']:,} live ({pg['live_threads_in_old_epochs']:,} of them "
-            "in old epochs).",
+            f"epochs expected to drop whole, {pg['expired_in_kept_epochs']:,} in epochs that "
+            f"live threads keep), {pg['live_threads']:,} live "
+            f"({pg['live_threads_in_old_epochs']:,} of them in old epochs).",
             "",
             "| what | figure |",
             "|---|---|",
@@ -983,7 +992,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| prune, ours | {_n(pr['threads'])} threads, {_n(pr['checkpoints'])} checkpoints, "
             f"{pr['partitions']} partitions in {_n(pr['wall_seconds'], 2)} s: "
-            f"**{_n(pr['threads_per_s'])} threads/s** |"
+            f"**{_n(pr['threads_per_s'])} threads/s**; {_n(pr.get('moved', 0))} live threads "
+            "moved forward |"
         )
         ph = pr.get("phases")
         if ph:

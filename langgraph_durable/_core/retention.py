@@ -405,6 +405,8 @@ class PruneReport:
         dry_run: Nothing was changed; the counts are what a run would remove.
         locked: Another pruner held the lock; this run did nothing.
         threads_seen: Threads examined.
+        moved: Live threads moved forward to a newer epoch so that their old
+            epoch's partitions could be dropped whole (PostgreSQL; 0 elsewhere).
     """
 
     threads: int = 0
@@ -418,6 +420,7 @@ class PruneReport:
     dry_run: bool = False
     locked: bool = False
     threads_seen: int = 0
+    moved: int = 0
     thread_ids: list[tuple[str, str]] = field(default_factory=list)
     """(tenant, thread) of the threads deleted or trimmed, recorded in dry runs
     only, at most :data:`DRY_RUN_LISTED` of them."""
@@ -441,6 +444,7 @@ class PruneReport:
             "dry_run": self.dry_run,
             "locked": self.locked,
             "threads_seen": self.threads_seen,
+            "moved": self.moved,
         }
 
 

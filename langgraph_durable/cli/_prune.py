@@ -210,6 +210,8 @@ def _sentence(target: Target, report: Any, policy: str) -> str:
     parts.append(f"{report.checkpoints} checkpoints ({_size(report.bytes)})")
     if report.partitions:
         parts.append(f"{report.partitions} partitions dropped")
+    if report.moved:
+        parts.append(f"{report.moved} live threads moved to a newer partition")
     if report.index_entries:
         parts.append(f"{report.index_entries} index entries swept")
     return f"Pruned {target.where} ({policy}): " + ", ".join(parts) + f" in {report.seconds:.1f}s."
@@ -222,6 +224,8 @@ def _print_dry_run(out: TextIO, target: Target, report: Any, policy: str) -> Non
     what.append(f"remove {report.checkpoints} checkpoints ({_size(report.bytes)})")
     if report.partitions:
         what.append(f"drop {report.partitions} partitions")
+    if report.moved:
+        what.append(f"move {report.moved} live threads to a newer partition")
     if report.index_entries:
         what.append(f"sweep {report.index_entries} index entries")
     say(out, f"Dry run on {target.where} ({policy}): a run would " + ", ".join(what) + ".")

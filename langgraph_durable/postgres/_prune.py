@@ -230,8 +230,23 @@ def _drop_partitions(
             {**plan.params, "epoch": epoch},
         )
         count, live = int(row[0]), int(row[1])
+        kept = _Moved()  # what moved forward: its rows stay in the partitions dropped
         if live:
-            continue  # the row phase removes this epoch's expired threads
+            if not _worth_moving(epoch, current, count, live):
+                continue  # the row phase removes this epoch's expired threads
+            if request.out_of_time():
+                yield from _drop_tables(ops, detached)
+                return False
+            if request.dry_run:
+                kept = yield from _count_live(ops, plan, epoch)
+            else:
+                moved = yield from _move_live(ops, request, plan, epoch, current)
+                if moved is None:
+                    yield from _drop_tables(ops, detached)
+                    return False  # out of time: the next run moves the rest
+                kept = moved
+            report.moved += kept.threads
+            count -= kept.threads
         if request.out_of_time():
             yield from _drop_tables(ops, detached)
             return False  # a droppable epoch is left
@@ -245,17 +260,19 @@ def _drop_partitions(
         checkpoints = 0
         if f"checkpoints_e{epoch}" in names:
             counted = yield _q(f'SELECT count(*) FROM {s}."checkpoints_e{epoch}"')
-            checkpoints = int(counted[0])
+            checkpoints = int(counted[0]) - kept.checkpoints
+        size = max(0, int(sizes[0]) - kept.bytes)
         if request.dry_run:
             if count:
                 ids = yield _q(
-                    f"SELECT tenant_id, thread_id FROM {s}.threads WHERE epoch = %s LIMIT 10000",
-                    (epoch,),
+                    f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
+                    f"WHERE th.epoch = %(epoch)s AND ({expired}) LIMIT 10000",
+                    {**plan.params, "epoch": epoch},
                     "all",
                 )
                 for tenant, thread in ids:
                     report.record(tenant, thread)
-            _count(report, count, checkpoints, int(sizes[0]), len(names))
+            _count(report, count, checkpoints, size, len(names))
             plan.dropped.add(epoch)
             yield progress.step(count)
             continue
@@ -273,11 +290,158 @@ def _drop_partitions(
         plan.dropped.add(epoch)
         for tenant, thread in gone:
             ops.epochs.forget(tenant, thread)
-        _count(report, len(gone), checkpoints, int(sizes[0]), len(names))
+        _count(report, len(gone), checkpoints, size, len(names))
         yield progress.step(len(gone))
         yield from _rest(request, started)
     yield from _drop_tables(ops, detached)
     return True
+
+
+# ---- moving live threads forward --------------------------------------------------
+
+#: The columns of each data table; the epoch's is replaced when rows move.
+_COLUMNS = {
+    "checkpoints": (
+        "tenant_id, thread_id, checkpoint_ns, checkpoint_id, epoch, parent_checkpoint_id, v, "
+        "run_id, blob_channels, blob_versions, metadata_index, checkpoint_type, checkpoint, "
+        "metadata_type, metadata, created_at"
+    ),
+    "blobs": (
+        "tenant_id, thread_id, checkpoint_ns, channel, version, epoch, type, blob, created_at, "
+        "base, base_count"
+    ),
+    "writes": (
+        "tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch, task_path, "
+        "channel, type, blob, created_at"
+    ),
+}
+_PAYLOAD = {
+    "checkpoints": "octet_length(checkpoint) + octet_length(metadata)",
+    "blobs": "coalesce(octet_length(blob), 0)",
+    "writes": "octet_length(blob)",
+}
+
+
+class _Moved:
+    """Live threads moved (or, in a dry run, to move) out of an epoch, with their rows."""
+
+    __slots__ = ("threads", "checkpoints", "bytes")
+
+    def __init__(self) -> None:
+        self.threads = 0
+        self.checkpoints = 0
+        self.bytes = 0
+
+
+def _worth_moving(epoch: int, current: int, count: int, live: int) -> bool:
+    """Whether to move an epoch's live threads forward so that the epoch drops whole.
+
+    Moving copies the live threads' rows; deleting the expired threads removes
+    theirs one by one: moving is the cheaper when the live threads are the
+    fewer. Only epochs at least two older than the current one move (see
+    ``_move_live``).
+    """
+    return epoch < current - 1 and live <= count - live
+
+
+def _count_live(ops: PostgresOps, plan: _Plan, epoch: int) -> Generator[Any, Any, _Moved]:
+    """A dry run's ``_move_live``: the live threads of ``epoch`` and their checkpoints."""
+    s = ops._s
+    expired = plan.by_strategy.get(DELETE, "false")
+    sums = " + ".join(
+        f'(SELECT coalesce(sum({_PAYLOAD[t]}), 0) FROM {s}."{t}_e{int(epoch)}" x '
+        "JOIN live USING (tenant_id, thread_id))"
+        for t in _COLUMNS
+    )
+    row = yield _q(
+        f"WITH live AS (SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
+        f"WHERE th.epoch = %(epoch)s AND NOT ({expired})) "
+        "SELECT (SELECT count(*) FROM live), "
+        f'(SELECT count(*) FROM {s}."checkpoints_e{int(epoch)}" x '
+        f"JOIN live USING (tenant_id, thread_id)), {sums}",
+        {**plan.params, "epoch": epoch},
+    )
+    out = _Moved()
+    out.threads, out.checkpoints, out.bytes = int(row[0]), int(row[1]), int(row[2])
+    return out
+
+
+def _move_live(
+    ops: PostgresOps, request: PruneRequest, plan: _Plan, epoch: int, current: int
+) -> Generator[Any, Any, _Moved | None]:
+    """Move the live threads of ``epoch`` to the current epoch, a batch per transaction.
+
+    Each transaction locks a batch of the epoch's live registry rows (FOR
+    UPDATE, in key order), copies their checkpoints, blobs and writes into the
+    current epoch's partitions, and points the registry rows there. Writes to
+    a thread of an older epoch read its registry row FOR KEY SHARE (see
+    ``PostgresOps``): a write in flight finishes first (the copy, a later
+    statement, sees it), and a write that comes meanwhile waits and then goes
+    to the new epoch. ``delete_thread``, ``delete_for_runs`` and
+    ``copy_thread`` lock the row in a statement of their own first. Readers
+    see the thread whole in one epoch or the other: reads follow the registry
+    row, and the old rows stay behind, unread, until the epoch's partitions
+    are dropped. A killed move leaves either the old epoch or the new one
+    (one transaction per batch). Returns what moved, or None when out of time.
+
+    Only epochs at least two older than the current one move: a write's "is
+    this thread of an older epoch" uses its own clock reading, up to a
+    statement's time earlier than the pruner's.
+    """
+    s = ops._s
+    expired = plan.by_strategy.get(DELETE, "false")
+    yield _q(f"SELECT {s}.ensure_partitions(%s)", (current,))
+    moved = _Moved()
+    params = {**plan.params, "epoch": epoch, "to": current, "batch": max(1, request.batch)}
+    copies = ", ".join(
+        f"k_{t} AS (INSERT INTO {s}.{t} ({cols}) SELECT "
+        + cols.replace("epoch", "%(to)s::integer")
+        + f' FROM {s}."{t}_e{int(epoch)}" x JOIN m USING (tenant_id, thread_id) '
+        f"ON CONFLICT DO NOTHING RETURNING {_PAYLOAD[t]} AS n)"
+        for t, cols in _COLUMNS.items()
+    )
+    while True:
+        if request.out_of_time():
+            return None
+        started = request.monotonic()
+        yield _q("BEGIN", (), "none")
+        try:
+            locked = yield _q(
+                f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
+                f"WHERE th.epoch = %(epoch)s AND NOT ({expired}) "
+                "ORDER BY th.tenant_id, th.thread_id LIMIT %(batch)s FOR UPDATE",
+                params,
+                "all",
+            )
+            if not locked:
+                yield _q("COMMIT", (), "none")
+                return moved
+            row = yield _q(
+                "WITH m AS (SELECT * FROM unnest(%(m_t)s::text[], %(m_th)s::text[]) "
+                f"AS m(tenant_id, thread_id)), {copies}, "
+                f"u AS (UPDATE {s}.threads th SET epoch = %(to)s FROM m "
+                "WHERE th.tenant_id = m.tenant_id AND th.thread_id = m.thread_id "
+                "AND th.epoch = %(epoch)s RETURNING 1) "
+                "SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM k_checkpoints), "
+                "(SELECT coalesce(sum(n), 0) FROM k_checkpoints) "
+                "+ (SELECT coalesce(sum(n), 0) FROM k_blobs) "
+                "+ (SELECT coalesce(sum(n), 0) FROM k_writes)",
+                {
+                    **params,
+                    "m_t": [str(t) for t, _th in locked],
+                    "m_th": [str(th) for _t, th in locked],
+                },
+            )
+            yield _q("COMMIT", (), "none")
+        except Exception:
+            yield _q("ROLLBACK", (), "none")
+            raise
+        moved.threads += int(row[0])
+        moved.checkpoints += int(row[1])
+        moved.bytes += int(row[2])
+        for tenant, thread in locked:
+            ops.epochs.forget(str(tenant), str(thread))
+        yield from _rest(request, started)
 
 
 def _drop_tables(ops: PostgresOps, names: list[str]) -> Generator[Any, Any, None]:

@@ -292,9 +292,20 @@ class PostgresOps:
         # idle and creation + absolute; NULL when the tenant's policy sets neither.
         idle = "make_interval(secs => %(idle_s)s::double precision)"
         absolute = "make_interval(secs => %(abs_s)s::double precision)"
+        # A thread of an older epoch may be moved forward by the pruner (see
+        # ``_prune._move_epoch``): its registry row is read FOR KEY SHARE, so a
+        # write waits for a move in progress and then sees the thread's new
+        # epoch (READ COMMITTED reads the locked row's latest version), and a
+        # move waits for the writes in flight. A thread of the current epoch is
+        # never moved: its row is read without a lock.
         thread_cte = (
-            f"cur AS (SELECT epoch, updated_at FROM {s}.threads "
-            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s), "
+            f"lk AS (SELECT epoch, updated_at FROM {s}.threads "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s "
+            f"AND epoch < {s}.current_epoch() FOR KEY SHARE), "
+            "cur AS (SELECT epoch, updated_at FROM lk UNION ALL "
+            f"SELECT epoch, updated_at FROM {s}.threads "
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s "
+            f"AND epoch >= {s}.current_epoch()), "
             f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch, expires_at) "
             f"SELECT %(tenant)s, %(thread)s, {s}.current_epoch(), "
             f"least(now() + {idle}, now() + {absolute}) "
@@ -423,6 +434,12 @@ class PostgresOps:
             "AND run_id = ANY(%(run_ids)s::text[])) AS d "
             "ON c.thread_id = d.thread_id AND c.epoch = d.epoch "
             "WHERE c.tenant_id = %(tenant)s"
+        )
+        self.RUN_THREADS_LOCK_SQL = (
+            f"SELECT 1 FROM {s}.threads th WHERE th.tenant_id = %(tenant)s "
+            f"AND th.thread_id IN (SELECT thread_id FROM {s}.checkpoints "
+            "WHERE tenant_id = %(tenant)s AND run_id = ANY(%(run_ids)s::text[])) "
+            "ORDER BY th.thread_id FOR KEY SHARE"
         )
         # after "WITH " and, with tombstones to write, rewrite_cte (delete_for_runs)
         self.DELETE_FOR_RUNS_SQL = (
@@ -933,8 +950,15 @@ class PostgresOps:
         known = None if thread is None else self.epochs.get(tenant, thread)
         if thread is not None:
             wheres.append("thread_id = %(thread)s")
+            # A remembered epoch is checked against the registry: the pruner may
+            # have moved the thread forward, leaving its old rows until their
+            # partition is dropped (nothing found: look again below).
             wheres.append(
-                "epoch = %(epoch)s" if known is not None else f"epoch = {self._thread_epoch}"
+                "epoch = %(epoch)s AND EXISTS (SELECT 1 FROM "
+                f"{s}.threads r WHERE r.tenant_id = %(tenant)s AND r.thread_id = %(thread)s "
+                "AND r.epoch = %(epoch)s)"
+                if known is not None
+                else f"epoch = {self._thread_epoch}"
             )
             params["thread"] = thread
             if known is not None:
@@ -999,15 +1023,33 @@ class PostgresOps:
 
     # ---- deletes, copies, pruning -------------------------------------------
 
-    @operation
+    @operation(transaction=True)
     @tenant_scoped
     def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
-        """Delete every row of one thread (all namespaces): one statement."""
-        self.epochs.forget(tenant, thread_id)
-        yield Query(self.DELETE_THREAD_SQL, {"tenant": tenant, "thread": thread_id})
+        """Delete every row of one thread (all namespaces): two statements, one transaction."""
+        yield from self._delete_thread(tenant, thread_id)
         return None
 
-    @operation
+    def _delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
+        """Lock the thread's registry row, then delete the thread (inside a transaction).
+
+        The lock comes first, in a statement of its own: if the pruner is
+        moving the thread forward (``_prune``), the lock waits for the move to
+        commit, and the delete's own snapshot, taken after, sees the moved rows.
+        One statement would delete the registry row but miss the moved rows.
+        """
+        self.epochs.forget(tenant, thread_id)
+        p = {"tenant": tenant, "thread": thread_id}
+        yield Query(
+            f"SELECT 1 FROM {self._s}.threads WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s FOR UPDATE",
+            p,
+            "none",
+        )
+        yield Query(self.DELETE_THREAD_SQL, p)
+        return None
+
+    @operation(transaction=True)
     @tenant_scoped
     def delete_for_runs(self, tenant: str, run_ids: Sequence[str]) -> Generator[Any, Any, int]:
         """Delete the checkpoints (and their writes) made by the given runs.
@@ -1021,6 +1063,10 @@ class PostgresOps:
         if not ids:
             return 0
         params: dict[str, Any] = {"tenant": tenant, "run_ids": ids}
+        # The runs' threads' registry rows first, in a statement of their own:
+        # a move forward by the pruner in progress is waited for, and the reads
+        # and the delete below see the moved rows (see ``_delete_thread``).
+        yield Query(self.RUN_THREADS_LOCK_SQL, params, "none")
         rows = list((yield Query(self.RUN_FAMILIES_SQL, params, "all")) or [])
         if not rows:
             return 0  # the runs have no checkpoint here
@@ -1049,9 +1095,10 @@ class PostgresOps:
             "AND thread_id = %(source)s ON CONFLICT DO NOTHING",
             p,
         )
+        # FOR KEY SHARE: the pruner does not move the source forward meanwhile.
         row = yield Query(
             f"SELECT epoch FROM {s}.threads "
-            "WHERE tenant_id = %(tenant)s AND thread_id = %(source)s",
+            "WHERE tenant_id = %(tenant)s AND thread_id = %(source)s FOR KEY SHARE",
             p,
             "one",
         )
@@ -1110,8 +1157,7 @@ class PostgresOps:
         for thread_id in thread_ids:
             p = {"tenant": tenant, "thread": thread_id}
             if strategy == "delete":
-                self.epochs.forget(tenant, thread_id)
-                yield Query(self.DELETE_THREAD_SQL, p)
+                yield from self._delete_thread(tenant, thread_id)
                 continue
             row = yield Query(
                 f"SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s "

@@ -106,7 +106,7 @@ def test_injected_clock_idle_and_absolute(
         assert rows_naming(conn, pg_schema, "busy")["checkpoints"] == 0
 
 
-def test_old_partitions_are_dropped_whole_and_live_threads_keep_theirs(
+def test_old_partitions_are_dropped_whole_and_live_threads_move_forward(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
 ) -> None:
     for t in ("e1", "e2"):
@@ -117,19 +117,47 @@ def test_old_partitions_are_dropped_whole_and_live_threads_keep_theirs(
         put_chain(saver, t, 2)
     age_thread(conn, pg_schema, "m-old", days=60, move_epoch=True)
     age_thread(conn, pg_schema, "m-live", days=1, created_days=60, move_epoch=True)
+    before = [c.checkpoint["id"] for c in saver.list(cfg("m-live"))]
     leaves = partitions(conn, pg_schema)
     assert len(leaves) == 3 * 4  # current, next, two old epochs
     dry = saver.prune_expired(dry_run=True)
     assert table_counts(conn, pg_schema)["threads"] == 4
     assert partitions(conn, pg_schema) == leaves
+    assert _epoch_of(conn, pg_schema, "m-live") < _epoch_now(conn, pg_schema) - 1
     report = saver.prune_expired()
-    assert (report.threads, report.partitions, report.checkpoints) == (3, 3, 6)
-    assert (dry.threads, dry.partitions, dry.checkpoints) == (3, 3, 6)
+    # the live thread moved to the current epoch, so its old epoch dropped whole too
+    assert (report.threads, report.partitions, report.checkpoints, report.moved) == (3, 6, 6, 1)
+    assert (dry.threads, dry.partitions, dry.checkpoints, dry.moved) == (3, 6, 6, 1)
+    assert dry.bytes == report.bytes
     assert sorted(t for _tenant, t in dry.thread_ids) == ["e1", "e2", "m-old"]
-    assert len(partitions(conn, pg_schema)) == 3 * 3
+    assert set(partitions(conn, pg_schema)) == _current(saver, conn, pg_schema)
     for t in ("e1", "e2", "m-old"):
         assert sum(rows_naming(conn, pg_schema, t).values()) == 0
-    assert len(list(saver.list(cfg("m-live")))) == 2
+    assert _epoch_of(conn, pg_schema, "m-live") == _epoch_now(conn, pg_schema)
+    assert rows_naming(conn, pg_schema, "m-live")["checkpoints"] == 2  # no copy left behind
+    assert [c.checkpoint["id"] for c in saver.list(cfg("m-live"))] == before
+    got = saver.get_tuple(cfg("m-live"))
+    assert got is not None and got.checkpoint["channel_values"]["payload"] == {"i": 1}
+    put_chain(saver, "m-live", 1)
+    assert len(list(saver.list(cfg("m-live")))) == 3
+
+
+def test_an_epoch_mostly_live_keeps_its_partitions(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    # moving two live threads costs more than deleting one expired thread's rows
+    for t in ("old", "live-1", "live-2"):
+        put_chain(saver, t, 2)
+    age_thread(conn, pg_schema, "old", days=60, move_epoch=True)
+    for t in ("live-1", "live-2"):
+        age_thread(conn, pg_schema, t, days=1, created_days=60, move_epoch=True)
+    leaves = partitions(conn, pg_schema)
+    report = saver.prune_expired()
+    assert (report.threads, report.partitions, report.checkpoints, report.moved) == (1, 0, 2, 0)
+    assert partitions(conn, pg_schema) == leaves
+    assert sum(rows_naming(conn, pg_schema, "old").values()) == 0
+    for t in ("live-1", "live-2"):
+        assert len(list(saver.list(cfg(t)))) == 2
 
 
 def test_a_killed_partition_drop_is_finished_by_the_next_run(
@@ -293,6 +321,239 @@ def _cp() -> dict[str, Any]:
     return make_cp()
 
 
+def _epoch_now(conn: psycopg.Connection[Any], schema: str) -> int:
+    return int(conn.execute(f'SELECT "{schema}".current_epoch()').fetchone()[0])  # type: ignore[index]
+
+
+def _epoch_of(conn: psycopg.Connection[Any], schema: str, thread: str) -> int:
+    row = conn.execute(f'SELECT epoch FROM "{schema}".threads WHERE thread_id = %s', (thread,))
+    return int(row.fetchone()[0])  # type: ignore[index]
+
+
 def _current(saver: PostgresSaver, conn: psycopg.Connection[Any], schema: str) -> set[str]:
     epoch = conn.execute(f'SELECT "{schema}".current_epoch()').fetchone()[0]  # type: ignore[index]
     return {f"{t}_e{e}" for t in ("checkpoints", "blobs", "writes") for e in (epoch, epoch + 1)}
+
+
+# ---- moving live threads forward: composition and races ----------------------------
+
+
+def _old_epoch_pair(saver: Any, conn: psycopg.Connection[Any], schema: str, live: str) -> None:
+    """``live`` (created 60 days ago, written yesterday) and an expired thread, both in
+    the epoch of 60 days ago."""
+    put_chain(saver, "gone", 2)
+    age_thread(conn, schema, "gone", days=60, move_epoch=True)
+    age_thread(conn, schema, live, days=1, created_days=60, move_epoch=True)
+
+
+def test_moved_threads_resume_and_keep_their_deltas_chain_and_encryption(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    from tests.encryption_helpers import local_encryption
+
+    with PostgresSaver.from_conn_string(
+        pg_url,
+        schema=pg_schema,
+        retention=IDLE_30D,
+        integrity=b"k" * 32,
+        encryption=local_encryption(),
+    ) as s:
+        s.setup()
+        paused = interrupt_graph(s)
+        pause(paused, "paused")
+        deltas = delta_graph(s)
+        before = run_turns(deltas, "delta", 6)
+        for t in ("paused", "delta"):
+            age_thread(conn, pg_schema, t, days=1, created_days=60, move_epoch=True)
+        for i in range(3):
+            put_chain(s, f"gone-{i}", 2)
+            age_thread(conn, pg_schema, f"gone-{i}", days=60, move_epoch=True)
+        rows = {t: rows_naming(conn, pg_schema, t) for t in ("paused", "delta")}
+        report = s.prune_expired()
+        assert (report.threads, report.moved, report.partitions) == (3, 2, 3)
+        for t in ("paused", "delta"):
+            assert _epoch_of(conn, pg_schema, t) == _epoch_now(conn, pg_schema)
+            assert rows_naming(conn, pg_schema, t) == rows[t]
+        assert s.verify().ok
+        assert dict(deltas.get_state(cfg("delta")).values) == before
+        after = run_turns(deltas, "delta", 1)
+        assert after["items"][: len(before["items"])] == before["items"]
+        assert resume(paused, "paused") == EXPECTED_APPROVAL_LOG
+        assert s.verify().ok
+
+
+def test_a_move_killed_before_the_drop_is_finished_by_the_next_run(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
+) -> None:
+    from langgraph_durable.postgres import _prune
+
+    put_chain(saver, "live", 2)
+    _old_epoch_pair(saver, conn, pg_schema, "live")
+    # a saver that remembers the thread's old epoch (it read it there)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as stale:
+        assert stale.get_tuple(cfg("live")) is not None
+        assert stale._ops.epochs.get("default", "live") == _epoch_of(conn, pg_schema, "live")
+        real = _prune._forget_epoch
+
+        def killed(*_args: Any, **_kwargs: Any) -> Any:
+            raise RuntimeError("killed")
+            yield  # a generator, as the real one
+
+        _prune._forget_epoch = killed  # type: ignore[assignment]
+        try:
+            with pytest.raises(RuntimeError, match="killed"):
+                saver.prune_expired()
+        finally:
+            _prune._forget_epoch = real  # type: ignore[assignment]
+        # moved, not dropped: the old rows are still there, and no read finds them
+        assert _epoch_of(conn, pg_schema, "live") == _epoch_now(conn, pg_schema)
+        assert rows_naming(conn, pg_schema, "live")["checkpoints"] == 4
+        put_chain(saver, "live", 1)
+        assert len(list(stale.list(cfg("live")))) == 3
+        assert len(list(stale.list(cfg("live"), limit=5))) == 3
+        assert stale.get_tuple(cfg("live")) == saver.get_tuple(cfg("live"))
+        report = saver.prune_expired()
+        assert (report.threads, report.moved, report.partitions) == (1, 0, 3)
+        assert rows_naming(conn, pg_schema, "live")["checkpoints"] == 3
+        assert len(list(stale.list(cfg("live")))) == 3
+
+
+def _drive_move(saver: PostgresSaver, conn: psycopg.Connection[Any]) -> Any:
+    """The pruner's move of the old epoch's live threads, run one statement at a time
+    on ``conn``: yields before each COMMIT (the batch is copied, not committed)."""
+    from langgraph_durable._core.retention import PruneRequest
+    from langgraph_durable.postgres import _prune
+
+    request = PruneRequest(retention=IDLE_30D)
+    plan = _prune._Plan(request, lambda _t: IDLE_30D, ["default"])
+    current = int(conn.execute(f"SELECT {saver._ops._s}.current_epoch()").fetchone()[0])  # type: ignore[index]
+    epoch = int(
+        conn.execute(f"SELECT min(epoch) FROM {saver._ops._s}.threads").fetchone()[0]  # type: ignore[index]
+    )
+    steps = _prune._move_live(saver._ops, request, plan, epoch, current)
+    sent: Any = None
+    try:
+        while True:
+            q = steps.send(sent)
+            if q.sql == "COMMIT":
+                yield
+            with conn.cursor() as cur:
+                cur.execute(q.sql, q.params or None)
+                sent = (
+                    cur.fetchall()
+                    if q.fetch == "all"
+                    else cur.fetchone()
+                    if q.fetch == "one"
+                    else cur.rowcount
+                )
+    except StopIteration as done:
+        return done.value
+
+
+def _blocked_then_done(call: Any, release: Any) -> Any:
+    """Run ``call`` in a thread; it must still wait after 0.5 s; then ``release()``."""
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            out["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(0.5)
+    waited = worker.is_alive()
+    release()
+    worker.join(10)
+    assert not worker.is_alive()
+    if "error" in out:
+        raise out["error"]
+    assert waited, "the call did not wait for the move to commit"
+    return out.get("value")
+
+
+def test_a_write_during_a_move_waits_and_lands_in_the_new_epoch(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
+) -> None:
+    put_chain(saver, "mv", 2)
+    _old_epoch_pair(saver, conn, pg_schema, "mv")
+    with (
+        psycopg.connect(pg_url, autocommit=True) as mover,
+        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as writer,
+    ):
+        move = _drive_move(saver, mover)
+        next(move)  # the batch is copied, its transaction still open
+        latest = writer.get_tuple(cfg("mv"))
+        assert latest is not None
+        cp = {**latest.checkpoint, "id": "1fffffff-0000-6000-8000-000000000000"}
+
+        def put() -> Any:
+            return writer.put(latest.config, cp, {"step": 9}, {})
+
+        def rest() -> None:
+            for _ in move:
+                pass
+
+        _blocked_then_done(put, rest)
+        writer.put_writes(cfg("mv", checkpoint_id=cp["id"]), [("payload", 1)], "task-1")
+    assert _epoch_of(conn, pg_schema, "mv") == _epoch_now(conn, pg_schema)
+    epochs = conn.execute(
+        f'SELECT DISTINCT epoch FROM "{pg_schema}".checkpoints WHERE checkpoint_id = %s',
+        (cp["id"],),
+    ).fetchall()
+    assert epochs == [(_epoch_now(conn, pg_schema),)]
+    assert [c.checkpoint["id"] for c in saver.list(cfg("mv"))][0] == cp["id"]
+    got = saver.get_tuple(cfg("mv"))
+    assert got is not None and got.pending_writes == [("task-1", "payload", 1)]
+
+
+def test_a_delete_during_a_move_waits_and_removes_the_moved_rows(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
+) -> None:
+    put_chain(saver, "mv", 2)
+    _old_epoch_pair(saver, conn, pg_schema, "mv")
+    with (
+        psycopg.connect(pg_url, autocommit=True) as mover,
+        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as other,
+    ):
+        move = _drive_move(saver, mover)
+        next(move)
+
+        def rest() -> None:
+            for _ in move:
+                pass
+
+        _blocked_then_done(lambda: other.delete_thread("mv"), rest)
+    assert saver.get_tuple(cfg("mv")) is None
+    now = _epoch_now(conn, pg_schema)
+    left = conn.execute(
+        f'SELECT count(*) FROM "{pg_schema}".checkpoints WHERE thread_id = %s AND epoch = %s',
+        ("mv", now),
+    ).fetchone()
+    assert left == (0,)
+    saver.prune_expired()  # the old epoch (its copy and the expired thread) drops
+    assert sum(rows_naming(conn, pg_schema, "mv").values()) == 0
+
+
+async def test_async_saver_moves_live_threads_forward(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    async with AsyncPostgresSaver.from_conn_string(
+        pg_url, schema=pg_schema, retention=IDLE_30D
+    ) as s:
+        await s.setup()
+        deltas = delta_graph(s)
+        before = await arun_turns(deltas, "delta", 4)
+        for i in range(2):
+            await s.aput(cfg(f"gone-{i}"), _cp(), {}, {})
+            age_thread(conn, pg_schema, f"gone-{i}", days=60, move_epoch=True)
+        age_thread(conn, pg_schema, "delta", days=1, created_days=60, move_epoch=True)
+        dry = await s.aprune_expired(dry_run=True)
+        report = await s.aprune_expired()
+        assert (report.threads, report.moved, report.partitions) == (2, 1, 3)
+        assert (dry.threads, dry.moved, dry.checkpoints) == (2, 1, report.checkpoints)
+        assert dict((await deltas.aget_state(cfg("delta"))).values) == before
+        await arun_turns(deltas, "delta", 1)
