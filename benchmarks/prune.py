@@ -758,8 +758,9 @@ def run_postgres(args: argparse.Namespace, tag: str) -> dict[str, Any]:
     live = [p for p in plan if p["live"]]
     expired = [p for p in plan if not p["live"]]
     kept_backs = {p["back"] for p in live if p["back"]}
-    # The pruner moves an old epoch's live threads forward when they are no more
-    # than its expired ones (then the epoch drops whole, in the partition phase).
+    # The pruner moves an old epoch's live threads forward when they hold no more
+    # checkpoints than its expired ones (then the epoch drops whole, in the
+    # partition phase); here every thread starts with as many checkpoints.
     moved_backs = {
         b
         for b in kept_backs

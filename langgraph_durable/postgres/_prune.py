@@ -230,16 +230,19 @@ def _drop_partitions(
             {**plan.params, "epoch": epoch},
         )
         count, live = int(row[0]), int(row[1])
+        names = [n for n, _a, _p in leaves[epoch]]
         kept = _Moved()  # what moved forward: its rows stay in the partitions dropped
         if live:
-            if not _worth_moving(epoch, current, count, live):
+            if epoch >= current - 1 or f"checkpoints_e{epoch}" not in names:
                 continue  # the row phase removes this epoch's expired threads
             if request.out_of_time():
                 yield from _drop_tables(ops, detached)
                 return False
-            if request.dry_run:
-                kept = yield from _count_live(ops, plan, epoch)
-            else:
+            kept = yield from _count_live(ops, plan, epoch)
+            stored = yield _q(f'SELECT count(*) FROM {s}."checkpoints_e{epoch}"')
+            if not _worth_moving(kept.checkpoints, int(stored[0])):
+                continue  # the row phase removes this epoch's expired threads
+            if not request.dry_run:
                 moved = yield from _move_live(ops, request, plan, epoch, current)
                 if moved is None:
                     yield from _drop_tables(ops, detached)
@@ -251,7 +254,6 @@ def _drop_partitions(
             yield from _drop_tables(ops, detached)
             return False  # a droppable epoch is left
         started = request.monotonic()
-        names = [n for n, _a, _p in leaves[epoch]]
         sizes = yield _q(
             "SELECT coalesce(sum(pg_total_relation_size("
             "format('%%I.%%I', %s::text, t)::regclass)), 0) FROM unnest(%s::text[]) AS t",
@@ -333,15 +335,15 @@ class _Moved:
         self.bytes = 0
 
 
-def _worth_moving(epoch: int, current: int, count: int, live: int) -> bool:
-    """Whether to move an epoch's live threads forward so that the epoch drops whole.
+def _worth_moving(live_checkpoints: int, checkpoints: int) -> bool:
+    """Whether to move an old epoch's live threads forward so that the epoch drops whole.
 
     Moving copies the live threads' rows; deleting the expired threads removes
-    theirs one by one: moving is the cheaper when the live threads are the
-    fewer. Only epochs at least two older than the current one move (see
-    ``_move_live``).
+    theirs one by one: moving is the cheaper when the live threads hold no
+    more checkpoints than the expired ones. Only epochs at least two older
+    than the current one move (see ``_move_live``).
     """
-    return epoch < current - 1 and live <= count - live
+    return live_checkpoints <= checkpoints - live_checkpoints
 
 
 def _count_live(ops: PostgresOps, plan: _Plan, epoch: int) -> Generator[Any, Any, _Moved]:

@@ -142,6 +142,24 @@ def test_old_partitions_are_dropped_whole_and_live_threads_move_forward(
     assert len(list(saver.list(cfg("m-live")))) == 3
 
 
+def test_an_epoch_whose_live_thread_holds_most_rows_keeps_its_partitions(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    # one live thread against two expired ones, but it holds more checkpoints than both
+    put_chain(saver, "big", 5)
+    for t in ("old-1", "old-2"):
+        put_chain(saver, t, 2)
+        age_thread(conn, pg_schema, t, days=60, move_epoch=True)
+    age_thread(conn, pg_schema, "big", days=1, created_days=60, move_epoch=True)
+    leaves = partitions(conn, pg_schema)
+    dry = saver.prune_expired(dry_run=True)
+    report = saver.prune_expired()
+    assert (report.threads, report.partitions, report.checkpoints, report.moved) == (2, 0, 4, 0)
+    assert (dry.threads, dry.partitions, dry.checkpoints, dry.moved) == (2, 0, 4, 0)
+    assert partitions(conn, pg_schema) == leaves
+    assert len(list(saver.list(cfg("big")))) == 5
+
+
 def test_an_epoch_mostly_live_keeps_its_partitions(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str
 ) -> None:
@@ -365,8 +383,8 @@ def test_moved_threads_resume_and_keep_their_deltas_chain_and_encryption(
         before = run_turns(deltas, "delta", 6)
         for t in ("paused", "delta"):
             age_thread(conn, pg_schema, t, days=1, created_days=60, move_epoch=True)
-        for i in range(3):
-            put_chain(s, f"gone-{i}", 2)
+        for i in range(3):  # more checkpoints than the live threads: moving is cheaper
+            put_chain(s, f"gone-{i}", 20)
             age_thread(conn, pg_schema, f"gone-{i}", days=60, move_epoch=True)
         rows = {t: rows_naming(conn, pg_schema, t) for t in ("paused", "delta")}
         report = s.prune_expired()
@@ -547,9 +565,10 @@ async def test_async_saver_moves_live_threads_forward(
         await s.setup()
         deltas = delta_graph(s)
         before = await arun_turns(deltas, "delta", 4)
-        for i in range(2):
-            await s.aput(cfg(f"gone-{i}"), _cp(), {}, {})
-            age_thread(conn, pg_schema, f"gone-{i}", days=60, move_epoch=True)
+        with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as writer:
+            for i in range(2):  # more checkpoints than the live thread: moving is cheaper
+                put_chain(writer, f"gone-{i}", 30)
+                age_thread(conn, pg_schema, f"gone-{i}", days=60, move_epoch=True)
         age_thread(conn, pg_schema, "delta", days=1, created_days=60, move_epoch=True)
         dry = await s.aprune_expired(dry_run=True)
         report = await s.aprune_expired()
