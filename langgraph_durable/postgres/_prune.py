@@ -238,7 +238,7 @@ def _drop_partitions(
             if request.out_of_time():
                 yield from _drop_tables(ops, detached)
                 return False
-            kept = yield from _count_live(ops, plan, epoch)
+            kept = yield from _count_live(ops, plan, epoch, payload=request.dry_run)
             stored = yield _q(f'SELECT count(*) FROM {s}."checkpoints_e{epoch}"')
             if not _worth_moving(kept.checkpoints, int(stored[0])):
                 continue  # the row phase removes this epoch's expired threads
@@ -324,6 +324,13 @@ _PAYLOAD = {
 }
 
 
+#: At most this many threads move per transaction: a write to one of them waits
+#: for the transaction (its registry row is locked), so it is kept short.
+MOVE_BATCH = 50
+#: Live threads read per page (without a lock) before they move, a batch at a time.
+_MOVE_PAGE = 5000
+
+
 class _Moved:
     """Live threads moved (or, in a dry run, to move) out of an epoch, with their rows."""
 
@@ -346,21 +353,27 @@ def _worth_moving(live_checkpoints: int, checkpoints: int) -> bool:
     return live_checkpoints <= checkpoints - live_checkpoints
 
 
-def _count_live(ops: PostgresOps, plan: _Plan, epoch: int) -> Generator[Any, Any, _Moved]:
-    """A dry run's ``_move_live``: the live threads of ``epoch`` and their checkpoints."""
+def _count_live(
+    ops: PostgresOps, plan: _Plan, epoch: int, payload: bool
+) -> Generator[Any, Any, _Moved]:
+    """The live threads of ``epoch`` and their checkpoints (with ``payload``, the bytes of
+    their rows too: a dry run's report). Each thread's rows are counted by an index
+    probe of its own (a live thread is a few rows among the epoch's many)."""
     s = ops._s
     expired = plan.by_strategy.get(DELETE, "false")
-    sums = " + ".join(
-        f'(SELECT coalesce(sum({_PAYLOAD[t]}), 0) FROM {s}."{t}_e{int(epoch)}" x '
-        "JOIN live USING (tenant_id, thread_id))"
-        for t in _COLUMNS
+    tables = tuple(_COLUMNS) if payload else ("checkpoints",)
+    per_thread = "".join(
+        "CROSS JOIN LATERAL (SELECT count(*) AS n, "
+        + (f"coalesce(sum({_PAYLOAD[t]}), 0)" if payload else "0")
+        + f' AS b FROM {s}."{t}_e{int(epoch)}" x WHERE x.tenant_id = th.tenant_id '
+        f"AND x.thread_id = th.thread_id) AS k_{t} "
+        for t in tables
     )
+    size = " + ".join(f"coalesce(sum(k_{t}.b), 0)" for t in tables)
     row = yield _q(
-        f"WITH live AS (SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
-        f"WHERE th.epoch = %(epoch)s AND NOT ({expired})) "
-        "SELECT (SELECT count(*) FROM live), "
-        f'(SELECT count(*) FROM {s}."checkpoints_e{int(epoch)}" x '
-        f"JOIN live USING (tenant_id, thread_id)), {sums}",
+        f"SELECT count(*), coalesce(sum(k_checkpoints.n), 0), {size} "
+        f"FROM {s}.threads th {per_thread}"
+        f"WHERE th.epoch = %(epoch)s AND NOT ({expired})",
         {**plan.params, "epoch": epoch},
     )
     out = _Moved()
@@ -373,9 +386,10 @@ def _move_live(
 ) -> Generator[Any, Any, _Moved | None]:
     """Move the live threads of ``epoch`` to the current epoch, a batch per transaction.
 
-    Each transaction locks a batch of the epoch's live registry rows (FOR
-    UPDATE, in key order), copies their checkpoints, blobs and writes into the
-    current epoch's partitions, and points the registry rows there. Writes to
+    The live threads are read a page at a time; each transaction locks a batch
+    of them (at most ``MOVE_BATCH`` threads, FOR UPDATE, in key order; those
+    no longer live are left), copies their checkpoints, blobs and writes into
+    the current epoch's partitions, and points the registry rows there. Writes to
     a thread of an older epoch read its registry row FOR KEY SHARE (see
     ``PostgresOps``): a write in flight finishes first (the copy, a later
     statement, sees it), and a write that comes meanwhile waits and then goes
@@ -394,7 +408,8 @@ def _move_live(
     expired = plan.by_strategy.get(DELETE, "false")
     yield _q(f"SELECT {s}.ensure_partitions(%s)", (current,))
     moved = _Moved()
-    params = {**plan.params, "epoch": epoch, "to": current, "batch": max(1, request.batch)}
+    batch = max(1, min(request.batch, MOVE_BATCH))
+    params = {**plan.params, "epoch": epoch, "to": current}
     copies = ", ".join(
         f"k_{t} AS (INSERT INTO {s}.{t} ({cols}) SELECT "
         + cols.replace("epoch", "%(to)s::integer")
@@ -402,48 +417,81 @@ def _move_live(
         f"ON CONFLICT DO NOTHING RETURNING {_PAYLOAD[t]} AS n)"
         for t, cols in _COLUMNS.items()
     )
+    after: tuple[str, str] | None = None
     while True:
-        if request.out_of_time():
-            return None
-        started = request.monotonic()
-        yield _q("BEGIN", (), "none")
-        try:
-            locked = yield _q(
-                f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
-                f"WHERE th.epoch = %(epoch)s AND NOT ({expired}) "
-                "ORDER BY th.tenant_id, th.thread_id LIMIT %(batch)s FOR UPDATE",
-                params,
-                "all",
-            )
-            if not locked:
-                yield _q("COMMIT", (), "none")
-                return moved
-            row = yield _q(
-                "WITH m AS (SELECT * FROM unnest(%(m_t)s::text[], %(m_th)s::text[]) "
-                f"AS m(tenant_id, thread_id)), {copies}, "
-                f"u AS (UPDATE {s}.threads th SET epoch = %(to)s FROM m "
-                "WHERE th.tenant_id = m.tenant_id AND th.thread_id = m.thread_id "
-                "AND th.epoch = %(epoch)s RETURNING 1) "
-                "SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM k_checkpoints), "
-                "(SELECT coalesce(sum(n), 0) FROM k_checkpoints) "
-                "+ (SELECT coalesce(sum(n), 0) FROM k_blobs) "
-                "+ (SELECT coalesce(sum(n), 0) FROM k_writes)",
-                {
-                    **params,
-                    "m_t": [str(t) for t, _th in locked],
-                    "m_th": [str(th) for _t, th in locked],
-                },
-            )
+        # The next page of the epoch's live threads (read without a lock: each
+        # batch locks its threads and checks them again).
+        page = yield _q(
+            f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th "
+            f"WHERE th.epoch = %(epoch)s AND NOT ({expired}) "
+            + _after(after)
+            + "ORDER BY th.tenant_id, th.thread_id LIMIT %(page)s",
+            {**params, **_after_params(after), "page": _MOVE_PAGE},
+            "all",
+        )
+        for at in range(0, len(page), batch):
+            if request.out_of_time():
+                return None
+            started = request.monotonic()
+            chunk = page[at : at + batch]
+            yield from _move_batch(ops, copies, expired, params, chunk, moved)
+            yield from _rest(request, started)
+        if len(page) < _MOVE_PAGE:
+            return moved
+        after = (str(page[-1][0]), str(page[-1][1]))
+
+
+def _move_batch(
+    ops: PostgresOps,
+    copies: str,
+    expired: str,
+    params: dict[str, Any],
+    chunk: list[Any],
+    moved: _Moved,
+) -> Generator[Any, Any, None]:
+    """One transaction of ``_move_live``: lock the threads still live, copy, repoint."""
+    s = ops._s
+    ids = {"m_t": [str(t) for t, _th in chunk], "m_th": [str(th) for _t, th in chunk]}
+    yield _q("BEGIN", (), "none")
+    try:
+        locked = yield _q(
+            f"SELECT th.tenant_id, th.thread_id FROM {s}.threads th JOIN unnest("
+            "%(m_t)s::text[], %(m_th)s::text[]) AS m(tenant_id, thread_id) "
+            "ON th.tenant_id = m.tenant_id AND th.thread_id = m.thread_id "
+            f"WHERE th.epoch = %(epoch)s AND NOT ({expired}) "
+            "ORDER BY th.tenant_id, th.thread_id FOR UPDATE OF th",
+            {**params, **ids},
+            "all",
+        )
+        if not locked:
             yield _q("COMMIT", (), "none")
-        except Exception:
-            yield _q("ROLLBACK", (), "none")
-            raise
-        moved.threads += int(row[0])
-        moved.checkpoints += int(row[1])
-        moved.bytes += int(row[2])
-        for tenant, thread in locked:
-            ops.epochs.forget(str(tenant), str(thread))
-        yield from _rest(request, started)
+            return None
+        row = yield _q(
+            "WITH m AS (SELECT * FROM unnest(%(m_t)s::text[], %(m_th)s::text[]) "
+            f"AS m(tenant_id, thread_id)), {copies}, "
+            f"u AS (UPDATE {s}.threads th SET epoch = %(to)s FROM m "
+            "WHERE th.tenant_id = m.tenant_id AND th.thread_id = m.thread_id "
+            "AND th.epoch = %(epoch)s RETURNING 1) "
+            "SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM k_checkpoints), "
+            "(SELECT coalesce(sum(n), 0) FROM k_checkpoints) "
+            "+ (SELECT coalesce(sum(n), 0) FROM k_blobs) "
+            "+ (SELECT coalesce(sum(n), 0) FROM k_writes)",
+            {
+                **params,
+                "m_t": [str(t) for t, _th in locked],
+                "m_th": [str(th) for _t, th in locked],
+            },
+        )
+        yield _q("COMMIT", (), "none")
+    except Exception:
+        yield _q("ROLLBACK", (), "none")
+        raise
+    moved.threads += int(row[0])
+    moved.checkpoints += int(row[1])
+    moved.bytes += int(row[2])
+    for tenant, thread in locked:
+        ops.epochs.forget(str(tenant), str(thread))
+    return None
 
 
 def _drop_tables(ops: PostgresOps, names: list[str]) -> Generator[Any, Any, None]:
@@ -473,32 +521,28 @@ def _forget_epoch(
 ) -> Generator[Any, Any, list[tuple[str, str]] | None]:
     """Delete an epoch's registry rows and journal entries if all its threads expired.
 
-    One transaction: the rows are locked first, so a thread written meanwhile
-    is seen (and the epoch kept). Returns the threads deleted, or None.
+    One transaction: the expired threads' rows are deleted (expiry re-checked on
+    each locked row, so a thread written meanwhile stays), then if any thread
+    of the epoch is left, all is rolled back and the epoch kept. Returns the
+    threads deleted, or None.
     """
     s = ops._s
     params = {**plan.params, "epoch": epoch}
     yield _q("BEGIN", (), "none")
     try:
-        row = yield _q(
-            f"WITH locked AS (SELECT * FROM {s}.threads th WHERE th.epoch = %(epoch)s "
-            "FOR UPDATE) "
-            "SELECT count(*) FILTER (WHERE NOT ("
-            + plan.by_strategy.get(DELETE, "false")
-            + ")) FROM locked th",
-            params,
-        )
-        if int(row[0]):
-            yield _q("ROLLBACK", (), "none")
-            return None
         gone = yield _q(
-            f"WITH t AS (DELETE FROM {s}.threads WHERE epoch = %(epoch)s "
-            "RETURNING tenant_id, thread_id), "
+            f"WITH t AS (DELETE FROM {s}.threads th WHERE th.epoch = %(epoch)s AND ("
+            + plan.by_strategy.get(DELETE, "false")
+            + ") RETURNING tenant_id, thread_id), "
             f"e AS (DELETE FROM {s}.effects e USING t WHERE e.tenant_id = t.tenant_id "
             "AND e.thread_id = t.thread_id) SELECT tenant_id, thread_id FROM t",
             params,
             "all",
         )
+        left = yield _q(f"SELECT EXISTS (SELECT 1 FROM {s}.threads WHERE epoch = %s)", (epoch,))
+        if left[0]:
+            yield _q("ROLLBACK", (), "none")
+            return None
         yield _q("COMMIT", (), "none")
     except Exception:
         yield _q("ROLLBACK", (), "none")

@@ -576,3 +576,47 @@ async def test_async_saver_moves_live_threads_forward(
         assert (dry.threads, dry.moved, dry.checkpoints) == (2, 1, report.checkpoints)
         assert dict((await deltas.aget_state(cfg("delta"))).values) == before
         await arun_turns(deltas, "delta", 1)
+
+
+def test_moves_go_a_batch_at_a_time_over_pages(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, monkeypatch: Any
+) -> None:
+    from langgraph_durable.postgres import _prune
+
+    monkeypatch.setattr(_prune, "_MOVE_PAGE", 2)
+    monkeypatch.setattr(_prune, "MOVE_BATCH", 1)
+    for t in ("gone-1", "gone-2"):
+        put_chain(saver, t, 5)
+        age_thread(conn, pg_schema, t, days=60, move_epoch=True)
+    for t in ("live-1", "live-2", "live-3"):
+        put_chain(saver, t, 2)
+        age_thread(conn, pg_schema, t, days=1, created_days=60, move_epoch=True)
+    report = saver.prune_expired()
+    assert (report.threads, report.moved, report.partitions, report.checkpoints) == (2, 3, 3, 10)
+    for t in ("live-1", "live-2", "live-3"):
+        assert _epoch_of(conn, pg_schema, t) == _epoch_now(conn, pg_schema)
+        assert len(list(saver.list(cfg(t)))) == 2
+
+
+def test_an_expired_thread_written_before_its_epoch_drops_keeps_the_epoch(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, monkeypatch: Any
+) -> None:
+    from langgraph_durable.postgres import _prune
+
+    for t in ("old-1", "old-2"):
+        put_chain(saver, t, 2)
+        age_thread(conn, pg_schema, t, days=60, move_epoch=True)
+    leaves = partitions(conn, pg_schema)
+    real = _prune._forget_epoch
+
+    def written_first(*args: Any) -> Any:
+        put_chain(saver, "old-2", 1)  # written again: live, in its old epoch
+        return (yield from real(*args))
+
+    monkeypatch.setattr(_prune, "_forget_epoch", written_first)
+    report = saver.prune_expired()
+    # the epoch was kept (nothing of it forgotten), its one expired thread deleted by rows
+    assert (report.threads, report.partitions, report.moved) == (1, 0, 0)
+    assert partitions(conn, pg_schema) == leaves
+    assert sum(rows_naming(conn, pg_schema, "old-1").values()) == 0
+    assert len(list(saver.list(cfg("old-2")))) == 3
