@@ -243,7 +243,7 @@ def _drop_partitions(
             if not _worth_moving(kept.checkpoints, int(stored[0])):
                 continue  # the row phase removes this epoch's expired threads
             if not request.dry_run:
-                moved = yield from _move_live(ops, request, plan, epoch, current)
+                moved = yield from _move_live(ops, request, plan, epoch, current, progress)
                 if moved is None:
                     yield from _drop_tables(ops, detached)
                     return False  # out of time: the next run moves the rest
@@ -382,7 +382,12 @@ def _count_live(
 
 
 def _move_live(
-    ops: PostgresOps, request: PruneRequest, plan: _Plan, epoch: int, current: int
+    ops: PostgresOps,
+    request: PruneRequest,
+    plan: _Plan,
+    epoch: int,
+    current: int,
+    progress: _Progress,
 ) -> Generator[Any, Any, _Moved | None]:
     """Move the live threads of ``epoch`` to the current epoch, a batch per transaction.
 
@@ -435,6 +440,7 @@ def _move_live(
             started = request.monotonic()
             chunk = page[at : at + batch]
             yield from _move_batch(ops, copies, expired, params, chunk, moved)
+            yield progress.step(0)  # a progress bar moves on; no thread removed yet
             yield from _rest(request, started)
         if len(page) < _MOVE_PAGE:
             return moved

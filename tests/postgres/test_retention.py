@@ -620,3 +620,73 @@ def test_an_expired_thread_written_before_its_epoch_drops_keeps_the_epoch(
     assert partitions(conn, pg_schema) == leaves
     assert sum(rows_naming(conn, pg_schema, "old-1").values()) == 0
     assert len(list(saver.list(cfg("old-2")))) == 3
+
+
+def test_a_pruner_killed_while_moving_and_rerun_ends_like_an_uninterrupted_run(
+    pg_url: str, pg_schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.retention.worker import POLICIES
+
+    threads = [f"t{i}" for i in range(8)]
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        s.setup()
+        for tenant in ("old", "young"):
+            for t in threads:
+                put_chain(s, t, 2, tenant_id=tenant)
+                # both tenants' threads started 60 days ago; "young"'s were written yesterday
+                days = 60.0 if tenant == "old" else 1.0
+                age_thread(
+                    conn, pg_schema, t, tenant=tenant, days=days, created_days=60, move_epoch=True
+                )
+    spec = {"backend": "postgres", "conn": pg_url, "kwargs": {"schema": pg_schema}}
+    root = Path(__file__).resolve().parents[2]
+
+    def worker(pause: float) -> subprocess.Popen[str]:
+        args = [json.dumps(spec), repr(time.time()), "2", str(pause)]
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.retention.worker", *args],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def state() -> dict[tuple[str, str], int]:
+        with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=POLICIES.get) as s:
+            return {
+                (tenant, t): len(list(s.list(cfg(t, tenant_id=tenant))))
+                for tenant in ("old", "young")
+                for t in threads
+            }
+
+    for _ in range(2):
+        proc = worker(0.2)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # a move batch (or an epoch) is done
+        assert line.startswith("progress"), (line, proc.stderr.read() if proc.stderr else "")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert all(n in (0, 2) for n in state().values())
+    proc = worker(0.0)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert not report["budget_exhausted"]
+    assert state() == {
+        (tenant, t): (2 if tenant == "young" else 0) for tenant in ("old", "young") for t in threads
+    }
+    now = _epoch_now(conn, pg_schema)
+    epochs = conn.execute(f'SELECT DISTINCT epoch FROM "{pg_schema}".threads').fetchall()
+    assert epochs == [(now,)]
+    assert set(partitions(conn, pg_schema)) == {
+        f"{t}_e{e}" for t in ("checkpoints", "blobs", "writes") for e in (now, now + 1)
+    }
+    assert conn.execute(
+        f'SELECT count(*) FROM "{pg_schema}".checkpoints WHERE tenant_id = %s', ("old",)
+    ).fetchone() == (0,)
