@@ -439,7 +439,7 @@ def test_a_move_killed_before_the_drop_is_finished_by_the_next_run(
 def _drive_move(saver: PostgresSaver, conn: psycopg.Connection[Any]) -> Any:
     """The pruner's move of the old epoch's live threads, run one statement at a time
     on ``conn``: yields before each COMMIT (the batch is copied, not committed)."""
-    from langgraph_durable._core.retention import PruneRequest
+    from langgraph_durable._core.retention import PruneReport, PruneRequest
     from langgraph_durable.postgres import _prune
 
     request = PruneRequest(retention=IDLE_30D)
@@ -448,11 +448,15 @@ def _drive_move(saver: PostgresSaver, conn: psycopg.Connection[Any]) -> Any:
     epoch = int(
         conn.execute(f"SELECT min(epoch) FROM {saver._ops._s}.threads").fetchone()[0]  # type: ignore[index]
     )
-    steps = _prune._move_live(saver._ops, request, plan, epoch, current)
+    progress = _prune._Progress(PruneReport(), 0)
+    steps = _prune._move_live(saver._ops, request, plan, epoch, current, progress)
     sent: Any = None
     try:
         while True:
             q = steps.send(sent)
+            if not hasattr(q, "sql"):  # a progress event or a rest
+                sent = None
+                continue
             if q.sql == "COMMIT":
                 yield
             with conn.cursor() as cur:
