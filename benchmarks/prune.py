@@ -1003,9 +1003,9 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"{_n(ph['partitions']['seconds'], 2)} s |"
             )
             lines.append(
-                f"| of which row batches | {_n(ph['rows']['threads'])} threads in "
-                f"{_n(ph['rows']['seconds'], 2)} s ({ph['rows']['batches']} batches): "
-                f"{_n(ph['rows']['threads_per_s'])} threads/s |"
+                f"| after the partition phase (the detached partitions' DROP, then any row "
+                f"batches) | {_n(ph['rows']['threads'])} threads in "
+                f"{_n(ph['rows']['seconds'], 2)} s ({ph['rows']['batches']} batches) |"
             )
         if "upstream_delete" in pg:
             u = pg["upstream_delete"]
