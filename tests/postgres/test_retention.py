@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from collections.abc import Iterator
@@ -357,8 +358,9 @@ def _current(saver: PostgresSaver, conn: psycopg.Connection[Any], schema: str) -
 
 
 def _old_epoch_pair(saver: Any, conn: psycopg.Connection[Any], schema: str, live: str) -> None:
-    """``live`` (created 60 days ago, written yesterday) and an expired thread, both in
-    the epoch of 60 days ago."""
+    """``live`` (created 60 days ago, written yesterday) and an expired thread, both of two
+    checkpoints, in the epoch of 60 days ago."""
+    put_chain(saver, live, 2)
     put_chain(saver, "gone", 2)
     age_thread(conn, schema, "gone", days=60, move_epoch=True)
     age_thread(conn, schema, live, days=1, created_days=60, move_epoch=True)
@@ -405,7 +407,6 @@ def test_a_move_killed_before_the_drop_is_finished_by_the_next_run(
 ) -> None:
     from langgraph_durable.postgres import _prune
 
-    put_chain(saver, "live", 2)
     _old_epoch_pair(saver, conn, pg_schema, "live")
     # a saver that remembers the thread's old epoch (it read it there)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as stale:
@@ -472,8 +473,9 @@ def _drive_move(saver: PostgresSaver, conn: psycopg.Connection[Any]) -> Any:
         return done.value
 
 
-def _blocked_then_done(call: Any, release: Any) -> Any:
-    """Run ``call`` in a thread; it must still wait after 0.5 s; then ``release()``."""
+def _blocked_then_done(call: Any, move: Any) -> Any:
+    """Run ``call`` in a thread; it must still wait after 0.5 s; then the move (a
+    ``_drive_move``) commits and the call must end."""
     import threading
 
     out: dict[str, Any] = {}
@@ -488,7 +490,8 @@ def _blocked_then_done(call: Any, release: Any) -> Any:
     worker.start()
     worker.join(0.5)
     waited = worker.is_alive()
-    release()
+    for _ in move:  # the rest of the move: its commit, and the next batches
+        pass
     worker.join(10)
     assert not worker.is_alive()
     if "error" in out:
@@ -497,17 +500,26 @@ def _blocked_then_done(call: Any, release: Any) -> Any:
     return out.get("value")
 
 
-def test_a_write_during_a_move_waits_and_lands_in_the_new_epoch(
-    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
-) -> None:
-    put_chain(saver, "mv", 2)
-    _old_epoch_pair(saver, conn, pg_schema, "mv")
+@contextlib.contextmanager
+def _mid_move(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], schema: str, url: str
+) -> Iterator[tuple[PostgresSaver, Any]]:
+    """Thread "mv" live in an old epoch, its move copied but not committed; yields another
+    saver on the schema and the rest of the move (see ``_blocked_then_done``)."""
+    _old_epoch_pair(saver, conn, schema, "mv")
     with (
-        psycopg.connect(pg_url, autocommit=True) as mover,
-        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as writer,
+        psycopg.connect(url, autocommit=True) as mover,
+        PostgresSaver.from_conn_string(url, schema=schema) as other,
     ):
         move = _drive_move(saver, mover)
         next(move)  # the batch is copied, its transaction still open
+        yield other, move
+
+
+def test_a_write_during_a_move_waits_and_lands_in_the_new_epoch(
+    saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
+) -> None:
+    with _mid_move(saver, conn, pg_schema, pg_url) as (writer, move):
         latest = writer.get_tuple(cfg("mv"))
         assert latest is not None
         cp = {**latest.checkpoint, "id": "1fffffff-0000-6000-8000-000000000000"}
@@ -515,11 +527,7 @@ def test_a_write_during_a_move_waits_and_lands_in_the_new_epoch(
         def put() -> Any:
             return writer.put(latest.config, cp, {"step": 9}, {})
 
-        def rest() -> None:
-            for _ in move:
-                pass
-
-        _blocked_then_done(put, rest)
+        _blocked_then_done(put, move)
         writer.put_writes(cfg("mv", checkpoint_id=cp["id"]), [("payload", 1)], "task-1")
     assert _epoch_of(conn, pg_schema, "mv") == _epoch_now(conn, pg_schema)
     epochs = conn.execute(
@@ -535,20 +543,8 @@ def test_a_write_during_a_move_waits_and_lands_in_the_new_epoch(
 def test_a_delete_during_a_move_waits_and_removes_the_moved_rows(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
 ) -> None:
-    put_chain(saver, "mv", 2)
-    _old_epoch_pair(saver, conn, pg_schema, "mv")
-    with (
-        psycopg.connect(pg_url, autocommit=True) as mover,
-        PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as other,
-    ):
-        move = _drive_move(saver, mover)
-        next(move)
-
-        def rest() -> None:
-            for _ in move:
-                pass
-
-        _blocked_then_done(lambda: other.delete_thread("mv"), rest)
+    with _mid_move(saver, conn, pg_schema, pg_url) as (other, move):
+        _blocked_then_done(lambda: other.delete_thread("mv"), move)
     assert saver.get_tuple(cfg("mv")) is None
     now = _epoch_now(conn, pg_schema)
     left = conn.execute(
