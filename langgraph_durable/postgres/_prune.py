@@ -12,8 +12,11 @@ two phases:
    then its three partitions are detached concurrently (writers are never
    blocked). The detached partitions of every epoch are dropped together at
    the end of the phase. A run killed after the commit leaves partitions no
-   registry row names; the next run drops them.
-2. **Rows.** Expired threads elsewhere (a live thread keeps an old partition
+   registry row names; the next run drops them. An epoch at least two older
+   than the current one whose live threads hold no more checkpoints than its
+   expired ones has its live threads moved forward first (``_move_live``), so
+   that it drops whole too.
+2. **Rows.** Expired threads elsewhere (live threads keep an old partition
    alive) go in batches of ``request.batch`` threads: one statement per batch
    deletes each thread's registry row, checkpoints, blobs, writes and journal
    entries together, re-checking expiry on the locked registry row, so a
