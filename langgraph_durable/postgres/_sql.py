@@ -312,7 +312,7 @@ class PostgresOps:
             "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s "
             "AND epoch >= (SELECT e FROM ce)), "
             f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch, expires_at) "
-            f"SELECT %(tenant)s, %(thread)s, {s}.current_epoch(), "
+            "SELECT %(tenant)s, %(thread)s, (SELECT e FROM ce), "
             f"least(now() + {idle}, now() + {absolute}) "
             "WHERE NOT EXISTS (SELECT 1 FROM cur) "
             "ON CONFLICT (tenant_id, thread_id) DO UPDATE SET updated_at = now(), "
