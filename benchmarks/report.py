@@ -13,6 +13,7 @@ from savers import (
     REDACTED,
     REDACTION_PAIRS,
     RLS_PAIRS,
+    SAME_PAIRS,
     SPECS,
 )
 
@@ -160,7 +161,9 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
     per-round throughput ratios (same round, back to back) and their median are kept too.
     """
     out: dict[str, Any] = {}
-    for ours, up in PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS + INTEGRITY_PAIRS + RLS_PAIRS:
+    for ours, up in (
+        PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS + INTEGRITY_PAIRS + RLS_PAIRS + SAME_PAIRS
+    ):
         if ours not in summary or up not in summary:
             continue
         pair: dict[str, Any] = {}
@@ -188,6 +191,7 @@ def ratio_lines(rat: dict[str, Any]) -> list[str]:
     twins |= {f"{t} vs {p}": ("redacted", "redaction") for t, p in REDACTION_PAIRS}
     twins |= {f"{t} vs {p}": ("chained", "the hash chain") for t, p in INTEGRITY_PAIRS}
     twins |= {f"{t} vs {p}": ("with RLS", "row-level security") for t, p in RLS_PAIRS}
+    twins |= {f"{t} vs {p}": ("twin", "nothing: noise") for t, p in SAME_PAIRS}
     for pair, vals in rat.items():
         digits = 3 if pair in twins else 2
         parts = [f"{k} {v:.{digits}f}x" for k, v in vals.items() if isinstance(v, float)]

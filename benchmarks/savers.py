@@ -125,6 +125,17 @@ SPECS.update(
     }
 )
 
+# Our PostgreSQL savers' identical twins, "<name>-same": an A/A comparison. Their ratio
+# to the original is 1 but for one run's noise, which is what reading a twin's ratio
+# above (a cost of a few %) needs to know.
+SAME: dict[str, str] = {"ours": "ours-same", "ours-async": "ours-async-same"}
+SPECS.update(
+    {
+        t: replace(SPECS[n], name=t, label=f"{SPECS[n].label}, identical twin")
+        for n, t in SAME.items()
+    }
+)
+
 # Each of ours next to the saver it is compared with (ratios are ours / theirs).
 PAIRS: list[tuple[str, str]] = [
     ("ours", "upstream"),
@@ -143,6 +154,8 @@ REDACTION_PAIRS: list[tuple[str, str]] = [(red, plain) for plain, red in REDACTE
 RLS_PAIRS: list[tuple[str, str]] = [(rls, plain) for plain, rls in RLS.items()]
 # Each saver with integrity= next to its twin without (ratios are chained / plain).
 INTEGRITY_PAIRS: list[tuple[str, str]] = [(t, plain) for plain, t in INTEGRITY.items()]
+# Each identical twin next to its original (the ratio is noise).
+SAME_PAIRS: list[tuple[str, str]] = [(t, plain) for plain, t in SAME.items()]
 
 # What ``--backend`` runs when ``--savers`` is not given (pairs side by side).
 DEFAULT_SAVERS: dict[str, str] = {
