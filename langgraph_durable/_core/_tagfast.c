@@ -125,33 +125,22 @@ compute_tag(PyObject *const *args, unsigned char out[32])
     Py_RETURN_TRUE;
 }
 
+/* tag(...) (with_data 0) or seal(...) (with_data 1) */
 static PyObject *
-tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+tag_or_seal(PyObject *const *args, Py_ssize_t nargs, int with_data)
 {
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "tag(keys, fields, type, data)");
+        PyErr_SetString(PyExc_TypeError, with_data ? "seal(keys, fields, type, data)"
+                                                   : "tag(keys, fields, type, data)");
         return NULL;
     }
     unsigned char t[32];
     PyObject *r = compute_tag(args, t);
     if (r != Py_True)
-        return r;
+        return r; /* NULL (an error) or None (not encodable) */
     Py_DECREF(r);
-    return PyBytes_FromStringAndSize((const char *)t, 32);
-}
-
-static PyObject *
-seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "seal(keys, fields, type, data)");
-        return NULL;
-    }
-    unsigned char t[32];
-    PyObject *r = compute_tag(args, t);
-    if (r != Py_True)
-        return r;
-    Py_DECREF(r);
+    if (!with_data)
+        return PyBytes_FromStringAndSize((const char *)t, 32);
     Py_buffer data;
     if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -164,6 +153,18 @@ seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&data);
     return out;
+}
+
+static PyObject *
+tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return tag_or_seal(args, nargs, 0);
+}
+
+static PyObject *
+seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return tag_or_seal(args, nargs, 1);
 }
 
 static PyMethodDef methods[] = {
