@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -77,3 +78,8 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:  # the compiled file is in the wheel now
+            shutil.rmtree(tmp, ignore_errors=True)
