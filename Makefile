@@ -37,7 +37,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # pip >= 25.1 is needed for --group (PEP 735 dependency groups), hence the upgrade first.
-$(SETUP_STAMP): pyproject.toml Makefile hatch_build.py langgraph_durable/_core/_tagfast.c | $(PY)
+$(SETUP_STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]' --group test --group bench --group lint
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --upgrade --target $(AGENT_DEPS) 'langchain>=1.0,<2'

@@ -32,7 +32,6 @@ import hashlib
 import hmac
 import json
 import operator
-import os
 import re
 import struct
 import threading
@@ -44,13 +43,6 @@ from typing import Any
 from ..errors import ChainKeyRequiredError, ConfigurationError, IntegrityError
 from .hashing import GIL_HELD, feed
 from .records import RecordIdentity, Sealed
-
-try:  # the tag in one call, when the optional C module was built (hatch_build.py)
-    from . import _tagfast
-except ImportError:  # pragma: no cover - depends on the build
-    _tagfast = None  # type: ignore[assignment]
-if os.environ.get("LGD_PURE_PYTHON"):  # compute tags in Python only (tests, debugging)
-    _tagfast = None  # type: ignore[assignment]
 
 __all__ = [
     "TAG_SIZE",
@@ -251,13 +243,12 @@ class _Mac:
     Not ``hmac.digest``: that lets go of the GIL on every call (see ``hashing``).
     """
 
-    __slots__ = ("_inner", "_outer", "padded")
+    __slots__ = ("_inner", "_outer")
 
     def __init__(self, key: bytes) -> None:
         if len(key) > _BLOCK:
             key = hashlib.sha256(key).digest()
         key = key.ljust(_BLOCK, b"\0")
-        self.padded = key
         self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
         self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
 
@@ -280,26 +271,16 @@ class ChainKey:
     def __init__(self, key: bytes) -> None:
         self._key = chain_key(key)
         self._mac = _Mac(self._key)
-        # the key's states for the C module (same tags, fewer interpreter steps), if built
-        self._fast: bytes | None = _tagfast.keys(self._mac.padded) if _tagfast else None
 
     # ---- record tags -------------------------------------------------------------
 
     def tag(self, identity: RecordIdentity, type_: str, data: bytes) -> bytes:
         """HMAC over the identity's encoding, the type and the bytes."""
-        if self._fast is not None:
-            tag = _tagfast.tag(self._fast, _identity_fields(identity), type_, data)
-            if tag is not None:
-                return tag
         return self._mac.digest2(_tag_head(identity, type_), data)
 
     def seal(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
         """``sealed`` with its tag appended."""
         type_, data = sealed.type, sealed.data
-        if self._fast is not None:
-            out = _tagfast.seal(self._fast, _identity_fields(identity), type_, data)
-            if out is not None:  # None: a field the C module does not encode (a surrogate)
-                return Sealed(type_, out)
         return Sealed(type_, data + self._mac.digest2(_tag_head(identity, type_), data))
 
     def check(self, identity: RecordIdentity, sealed: Sealed) -> Sealed:
