@@ -537,6 +537,30 @@ class DynamoDBBackend(Backend):
         finally:
             s3.close()
 
+    def size(self, place: str) -> int | None:
+        """Bytes of the saver's items by DynamoDB's item-size rules (a ``Scan`` of its
+        table, as ``instrument.item_size``), plus the objects in its S3 bucket (the aws
+        saver's offload of payloads over 350 KB; ours has no bucket)."""
+        from botocore.exceptions import ClientError
+        from instrument import item_size
+
+        total = 0
+        ddb = self.client("dynamodb")
+        try:
+            for page in ddb.get_paginator("scan").paginate(TableName=place):
+                total += sum(item_size(item) for item in page.get("Items", []))
+        finally:
+            ddb.close()
+        s3 = self.client("s3")
+        try:
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=place):
+                total += sum(int(obj["Size"]) for obj in page.get("Contents", []))
+        except ClientError:  # no bucket: nothing offloaded
+            pass
+        finally:
+            s3.close()
+        return total
+
     def clients(self, saver: Any) -> list[Any]:
         if type(saver).__module__.startswith("langgraph_checkpoint_aws"):
             return self._their_clients(saver)

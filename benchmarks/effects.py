@@ -23,7 +23,7 @@ through ``instrument.RoundTripProxy`` on PostgreSQL and Redis, API calls through
 (``perf_counter`` around the wrapped call and around the unwrapped one, in the same node
 run) and its client CPU, with the savers of a backend interleaved thread by thread.
 Writes ``effects-<timestamp>.json`` and ``.md`` (also copied to ``latest.effects.*``) to
-``--out``. See benchmarks/README.md.
+``--out``. See benchmarks/NOTES.md.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Rounds rotate which saver goes first. Prints, and writes to ``floor-<timestamp>.
 and ``.md`` in ``--out``, each saver's process CPU per step and graph steps/s, and
 steps/s against ``memory``. What it shows: how much of the gap to ``InMemorySaver`` any
 saver that stores every call through psycopg must keep (``docs/performance.md``,
-"The floor").
+"Floors").
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ One run, every saver open at once, each on a place of its own (schema, key prefi
 Writes ``linear-<timestamp>.json``, ``.md`` and ``.png`` (bytes against steps) to
 ``--out``, each copied to ``latest.linear.*``; ``--chart PATH`` writes the chart there too.
 Every schema (``lgd_bench_*_lin_*``), key prefix and table (``lgdbench-*-lin-*``) made here
-is removed at the end. See benchmarks/README.md.
+is removed at the end. See benchmarks/NOTES.md.
 """
 
 from __future__ import annotations

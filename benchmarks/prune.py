@@ -32,7 +32,7 @@ now=time.time() + 3600)``, so that every thread has expired by the injected cloc
 
 Writes ``prune-<timestamp>.json`` and ``.md`` to ``--out`` (copied to
 ``latest.prune.*``). Every schema (``lgd_bench_prune_*``), key prefix and table
-(``lgdbench-prune-*``) made here is removed at the end. See benchmarks/README.md.
+(``lgdbench-prune-*``) made here is removed at the end. See benchmarks/NOTES.md.
 """
 
 from __future__ import annotations

@@ -43,9 +43,10 @@ SERVER_CPU = {
 }
 
 
-def groups(names: list[str]) -> dict[str, list[str]]:
+def groups(names: list[str], dynamodb_timed: bool = False) -> dict[str, list[str]]:
     """Savers by backend, in order; InMemorySaver joins the first server-backed group
-    that is timed (PostgreSQL or Redis), to be read against it."""
+    that is timed (PostgreSQL or Redis; DynamoDB with ``--dynamodb-timings``), to be
+    read against it."""
     out: dict[str, list[str]] = {}
     for n in names:
         b = SPECS[n].backend if n in SPECS else "memory"
@@ -53,7 +54,7 @@ def groups(names: list[str]) -> dict[str, list[str]]:
             out.setdefault(b, []).append(n)
     for n in names:
         if (SPECS[n].backend if n in SPECS else "memory") == "memory":
-            host = next((b for b in out if b != "dynamodb"), None)
+            host = next((b for b in out if b != "dynamodb" or dynamodb_timed), None)
             out.setdefault(host or "memory", []).append(n)
     return out
 
@@ -235,7 +236,10 @@ DYNAMODB_COLUMNS = [
     ("S3 calls/step", "s3_calls_step", "{:.2f}"),
     ("calls list100", "calls_list_history", "{:.0f}"),
     ("client CPU ms/step", "calls_cpu_ms_per_step", "{:.2f}"),
+    ("bytes/step", "bytes_per_step", "{:.0f}"),
+    ("raw puts/s (moto)", "raw_puts_per_s", "{:.0f}"),
     ("steps/s (moto)", "steps_per_s", "{:.0f}"),
+    ("get p50 ms C=1 (moto)", "get_seq_p50_ms", "{:.2f}"),
     ("list100 ms (moto)", "history_list_ms", "{:.1f}"),
 ]
 
@@ -279,7 +283,12 @@ def table_rows(
 
 
 def _tables(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
-    out = [(b, {n: summary[n] for n in ns}) for b, ns in groups(list(summary)).items()]
+    timed = any(
+        row.get("steps_per_s") is not None
+        for n, row in summary.items()
+        if n in SPECS and SPECS[n].backend == "dynamodb"
+    )
+    out = [(b, {n: summary[n] for n in ns}) for b, ns in groups(list(summary), timed).items()]
     net = {n: row for n, row in summary.items() if row.get("net_rtt_ms") is not None}
     if net:
         out.append(("network", net))

@@ -7,7 +7,7 @@
     python benchmarks/run.py --backend dynamodb       # ours vs langgraph-checkpoint-aws (moto)
 
 Writes ``bench-<timestamp>.json``, ``.md`` and a ``.png`` per backend (each also copied to
-``latest.*``) to ``--out`` and prints a summary table. See benchmarks/README.md for what
+``latest.*``) to ``--out`` and prints a summary table. See benchmarks/NOTES.md for what
 each figure means.
 """
 
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = asyncio.new_event_loop()
     # Each backend's savers are measured together (rounds interleave them), one backend
     # after the other; InMemorySaver runs with the first one that is timed.
-    by_backend = report.groups(names)
+    by_backend = report.groups(names, args.dynamodb_timings)
     try:
         for group, members in by_backend.items():
             specs = [SPECS[n] for n in members]

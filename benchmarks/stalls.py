@@ -25,7 +25,7 @@ later (*during*). Actions:
   1,000,000-checkpoint prune of ``prune.py`` frees).
 
 Writes ``stalls-<timestamp>.json`` and ``.md`` to ``--out``; everything it makes lives
-in the schema ``lgd_bench_stalls_<pid>``, dropped at the end. See benchmarks/README.md.
+in the schema ``lgd_bench_stalls_<pid>``, dropped at the end. See benchmarks/NOTES.md.
 """
 
 from __future__ import annotations
