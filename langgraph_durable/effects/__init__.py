@@ -14,9 +14,10 @@ Public names:
 
 from __future__ import annotations
 
+from ._decorator import idempotent
 from ._flow import RETRY, Effect
 from ._tools import IdempotentToolNode
-from ._wrap import current_effect, default_transient, idempotent
+from ._wrap import current_effect, default_transient
 from .journal import EffectEntry, EffectJournal
 
 __all__ = [

@@ -125,6 +125,10 @@ class CallPlan:
     replayed_from: bytes | None = None
     """In a time-travel replay: the material of the same call one step earlier (see
     ``docs/effects.md``: LangGraph runs replayed tasks one step after the originals)."""
+    branch: dict[str, Any] | None = None
+    """With ``replayed_from`` in a run LangGraph does not mark as a replay (a resumed
+    thread): the config of the checkpoint the task runs from, to tell an original on
+    another branch (reused) from the same call earlier in this branch (not reused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +239,26 @@ def _check_conflict(plan: CallPlan, opened: OpenedEffect, policy: Policy) -> Non
         )
 
 
+def _on_another_branch(plan: CallPlan, original: OpenedEffect) -> Generator[Any, Any, bool]:
+    """Whether the entry one step earlier was recorded on another branch of the thread.
+
+    The task runs from checkpoint B (``plan.branch``). A call one step earlier
+    in B's own history ran from B's parent, and B was written by that step (its
+    source is ``loop``). B written by ``update_state`` (``update``) or by a
+    replay (``fork``) starts a new branch; and an entry recorded from another
+    checkpoint than B's parent belongs to another branch (a fork's original).
+    """
+    assert plan.branch is not None
+    base = yield RunOp(plan.saver._get_op(plan.branch))  # type: ignore[arg-type]
+    if base is None:
+        return False
+    if (base.metadata or {}).get("source") in ("update", "fork"):
+        return True
+    parent = ((base.parent_config or {}).get("configurable") or {}).get("checkpoint_id")
+    request = original.request if isinstance(original.request, dict) else {}
+    return bool(parent) and request.get("checkpoint_id") != parent
+
+
 def effect_flow(
     plan: CallPlan, policy: Policy, clock: Callable[[], float] = time.time
 ) -> Generator[Any, Any, Any]:
@@ -296,6 +320,9 @@ def effect_flow(
         if plan.replayed_from is not None:
             try:
                 original = yield RunOp(saver._effect_lookup_op(tenant, thread, plan.replayed_from))
+                if original is not None and original.entry.state == DONE and plan.branch:
+                    if not (yield from _on_another_branch(plan, original)):
+                        original = None  # the same call earlier in this branch: a new effect
             except Exception:
                 # nothing ran: give the claim back, so the next run looks again
                 yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))

@@ -30,11 +30,29 @@ def is_tool(value: Any) -> bool:
     return isinstance(value, BaseTool)
 
 
+def _journaled(fn: Any) -> bool:
+    return fn is not None and hasattr(fn, "__lgd_effect__")
+
+
+def _runs(tool: BaseTool) -> list[Any]:
+    """The functions a tool built from functions runs (``func`` / ``coroutine``)."""
+    return [f for f in (getattr(tool, "func", None), getattr(tool, "coroutine", None)) if f]
+
+
 def is_idempotent(value: Any) -> bool:
-    """Whether a function or tool is already journaled."""
-    if hasattr(value, "__lgd_effect__"):
+    """Whether a function or tool is already journaled.
+
+    A tool is when ``@idempotent`` made it (above ``@tool``), or when every
+    function it runs is journaled (``@idempotent`` below ``@tool``).
+    """
+    if _journaled(value):
         return True
-    return isinstance(value, BaseTool) and bool((value.metadata or {}).get(_MARK))
+    if not isinstance(value, BaseTool):
+        return False
+    if (value.metadata or {}).get(_MARK):
+        return True
+    runs = _runs(value)
+    return bool(runs) and all(_journaled(f) for f in runs)
 
 
 def _as_tuple(response_format: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,9 +77,14 @@ def _as_tuple(response_format: str, fn: Callable[..., Any]) -> Callable[..., Any
 
 
 def wrap_tool(tool: Any, **options: Any) -> Any:
-    """A copy of ``tool`` whose executions are journaled (options of ``idempotent``)."""
+    """A copy of ``tool`` whose executions are journaled (options of ``idempotent``).
+
+    A tool that is already journaled is returned as it is (its functions are
+    journaled once), except that a ``content_and_artifact`` tool built over a
+    journaled function gets a copy that turns a replayed pair back into a tuple.
+    """
     if is_idempotent(tool):
-        return tool
+        return _pairs_replay(tool)
     if options.get("name") is None:
         options["name"] = tool.name
     metadata = {**(tool.metadata or {}), _MARK: True}
@@ -70,10 +93,11 @@ def wrap_tool(tool: Any, **options: Any) -> Any:
     coroutine = getattr(tool, "coroutine", None)
     if func is not None or coroutine is not None:
         update: dict[str, Any] = {"metadata": metadata}
-        if func is not None:
-            update["func"] = _as_tuple(fmt, wrap_function(func, **options))
-        if coroutine is not None:
-            update["coroutine"] = _as_tuple(fmt, wrap_function(coroutine, **options))
+        for attr, fn in (("func", func), ("coroutine", coroutine)):
+            if fn is not None:
+                # a function journaled already (@idempotent below @tool) stays as it is
+                journaled = fn if _journaled(fn) else wrap_function(fn, **options)
+                update[attr] = _as_tuple(fmt, journaled)
         return tool.model_copy(update=update)
     # Another BaseTool subclass: journal its _run / _arun on a copy.
     copy = tool.model_copy(update={"metadata": metadata})
@@ -88,6 +112,20 @@ def wrap_tool(tool: Any, **options: Any) -> Any:
             copy, "_arun", _as_tuple(fmt, wrap_function(arun.__get__(copy), **options))
         )
     return copy
+
+
+def _pairs_replay(tool: Any) -> Any:
+    """A journaled ``content_and_artifact`` tool whose replayed pair comes back as a tuple."""
+    if getattr(tool, "response_format", "content") != "content_and_artifact":
+        return tool
+    if not isinstance(tool, BaseTool) or (tool.metadata or {}).get(_MARK):
+        return tool  # made by wrap_tool: its functions already return tuples
+    update: dict[str, Any] = {"metadata": {**(tool.metadata or {}), _MARK: True}}
+    for attr in ("func", "coroutine"):
+        fn = getattr(tool, attr, None)
+        if fn is not None:
+            update[attr] = _as_tuple("content_and_artifact", fn)
+    return tool.model_copy(update=update)
 
 
 def _overrides_arun(cls: type) -> bool:

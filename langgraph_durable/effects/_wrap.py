@@ -1,4 +1,8 @@
-"""``@idempotent`` and ``current_effect()``: where a call happens, and carrying out its flow."""
+"""``current_effect()`` and the journaled function: where a call happens, and carrying out its flow.
+
+``@idempotent`` itself lives in ``_decorator``, which hands functions to this
+module and LangChain tools to ``_tools`` (which builds on this module).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from .._core.effects import (
 )
 from .._core.sansio import Operation
 from .._saver import DurableSaverBase
-from ..errors import ConfigurationError, InvalidInputError
+from ..errors import ConfigurationError, InvalidInputError, StorageUnavailableError
 from ._flow import (
     CallPlan,
     Effect,
@@ -36,7 +40,7 @@ from ._flow import (
 )
 from .journal import EffectJournal
 
-__all__ = ["idempotent", "current_effect", "wrap_function", "default_transient"]
+__all__ = ["current_effect", "wrap_function", "default_transient"]
 
 _CURRENT: contextvars.ContextVar[Effect | None] = contextvars.ContextVar(
     "langgraph_durable_effect", default=None
@@ -71,8 +75,6 @@ def default_transient(exc: BaseException) -> bool:
     """
     if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
         return True
-    from ..errors import StorageUnavailableError
-
     if isinstance(exc, StorageUnavailableError):
         return True
     try:
@@ -179,6 +181,17 @@ def _graph_call() -> tuple[dict[str, Any], dict[str, Any]] | None:
     return configurable, metadata
 
 
+def _base_checkpoint(configurable: dict[str, Any]) -> dict[str, Any] | None:
+    """The config of the checkpoint the running task was planned from, or None."""
+    ns = str(configurable.get("checkpoint_ns") or "")
+    graph_ns = ns.rpartition("|")[0]  # the task's namespace less its own segment
+    checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
+    if not checkpoint_id:
+        return None
+    plain = {k: v for k, v in configurable.items() if not str(k).startswith("__")}
+    return {"configurable": {**plain, "checkpoint_ns": graph_ns, "checkpoint_id": checkpoint_id}}
+
+
 def _saver_for(configurable: dict[str, Any], journal: EffectJournal | None) -> Any:
     if journal is not None:
         return journal.saver
@@ -277,6 +290,8 @@ class _Wrapped:
         named = self.arguments.bind(args, kwargs)
         user_key = None
         replayed_from: bytes | None = None
+        base = _base_checkpoint(configurable)
+        branch: dict[str, Any] | None = None
         if self.key is not None:
             user_key = self.key(*args, **kwargs) if callable(self.key) else self.key
             if not isinstance(user_key, str) or not user_key:
@@ -304,10 +319,23 @@ class _Wrapped:
             )
             index = _COUNTERS.next(scope, (self.policy.name, digest))
             material = effect_material(site, index, digest)
-            if configurable.get("__pregel_replay_state") is not None:
+            # A time-travel run executes its tasks one step after the originals: a run
+            # LangGraph marks as a replay (invoked with a checkpoint's config), and a run
+            # that resumes a thread (input None, or Command(resume=...)), which may
+            # continue a fork or a replay; the latter checks the original is not in
+            # the run's own past before reusing its result (see docs/effects.md).
+            replaying = configurable.get("__pregel_replay_state") is not None
+            if replaying or (configurable.get("__pregel_resuming") and base is not None):
                 earlier = EffectSite(site.ns, site.step - 1, site.path, site.name)
                 replayed_from = effect_material(earlier, index, digest)
-        request = {"name": self.policy.name, "args_digest": digest, "args": named}
+                if not replaying:
+                    branch = base
+        request = {
+            "name": self.policy.name,
+            "args_digest": digest,
+            "args": named,
+            "checkpoint_id": None if base is None else base["configurable"]["checkpoint_id"],
+        }
         return CallPlan(
             saver,
             saver._tenant_of({"configurable": configurable}),
@@ -319,6 +347,7 @@ class _Wrapped:
             args,
             kwargs,
             replayed_from,
+            branch,
         )
 
     # ---- carrying out the flow (sync) ----------------------------------------
@@ -459,6 +488,15 @@ async def _ain_transaction(
     return Outcome(True, outcome.value, recorded=True)
 
 
+def _returns_tuple(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is annotated to return a tuple (a replayed result comes back as a list)."""
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001 - unresolvable annotations: take the result as stored
+        return False
+    return hint is tuple or typing.get_origin(hint) is tuple
+
+
 def wrap_function(
     fn: Callable[..., Any],
     name: str | None = None,
@@ -499,83 +537,21 @@ def wrap_function(
         _transient(transient),
     )
     wrapped = _Wrapped(fn, policy, key, journal)
+    tuples = _returns_tuple(fn)
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def acall(*args: Any, **kwargs: Any) -> Any:
-            return await wrapped.acall(args, kwargs)
+            value = await wrapped.acall(args, kwargs)
+            return tuple(value) if tuples and isinstance(value, list) else value
 
         acall.__lgd_effect__ = wrapped  # type: ignore[attr-defined]
         return acall
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return wrapped.call(args, kwargs)
+        value = wrapped.call(args, kwargs)
+        return tuple(value) if tuples and isinstance(value, list) else value
 
     call.__lgd_effect__ = wrapped  # type: ignore[attr-defined]
     return call
-
-
-def idempotent(
-    fn: Any = None,
-    /,
-    *,
-    name: str | None = None,
-    on_ambiguous: Any = "retry",
-    transactional: bool = False,
-    lease: timedelta | float = timedelta(minutes=5),
-    key: str | Callable[..., str] | None = None,
-    wait: timedelta | float | None = None,
-    transient: Any = None,
-    journal: Any = None,
-) -> Any:
-    """Journal a function's (or a LangChain tool's) side effect so replays never repeat it.
-
-    Use as ``@idempotent`` or ``@idempotent(...)`` on a sync or async function
-    called inside a graph node or ``@task``, or on a LangChain tool (above or
-    below ``@tool``). Inside a graph run on a langgraph-durable saver, each call
-    is claimed in the thread's effect journal before it runs and its result is
-    recorded right after; a call that reaches the same place with the same
-    arguments again (a resume after an interrupt or a crash, a replay from an
-    older checkpoint) returns the recorded result without running. Outside a
-    graph run, or on another checkpointer, the function runs as is.
-
-    Args:
-        name: The effect's name in its key (default: the function's qualified name).
-        on_ambiguous: What to do when an earlier execution claimed the effect and
-            died without a result: ``"retry"`` (run again, same key,
-            ``attempt`` > 1), ``"fail"`` (raise ``EffectAmbiguousError``), or a
-            callable ``reconcile(effect) -> result`` (return :data:`RETRY` to run it).
-        transactional: Postgres savers: run the function inside a transaction
-            (``current_effect().connection``) that also records the result, so
-            its database writes happen exactly once.
-        lease: How long a claim is presumed alive; longer than the effect takes.
-        key: A key of your own (a string, or a callable of the call's
-            arguments) instead of the derived one.
-        wait: How long a second execution waits for another's claim (default: until
-            the holder's lease ends, at most twice ``lease``).
-        transient: Errors that are not recorded (the claim is released and the
-            next execution runs again): exception types or a predicate;
-            default :func:`default_transient`.
-        journal: A saver (or ``EffectJournal``) to journal in, instead of the
-            running graph's checkpointer.
-    """
-    options = dict(
-        name=name,
-        on_ambiguous=on_ambiguous,
-        transactional=transactional,
-        lease=lease,
-        key=key,
-        wait=wait,
-        transient=transient,
-        journal=journal,
-    )
-
-    def apply(target: Any) -> Any:
-        from ._tools import is_tool, wrap_tool
-
-        if is_tool(target):
-            return wrap_tool(target, **options)
-        return wrap_function(target, **options)
-
-    return apply if fn is None else apply(fn)

@@ -11,7 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, StateGraph
-from langgraph.prebuilt import ToolRuntime
+from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.types import Command
 
 from langgraph_durable.effects import IdempotentToolNode, current_effect, idempotent
@@ -88,6 +88,9 @@ def test_both_stacking_orders_commands_and_errors_replay(
         assert answers["c-book"] == "booked Lisbon"
         assert answers["c-notify"] == "notified ana"
         assert "missing is not a valid tool" in answers["c-missing"]  # ToolNode's own error
+        # one journal entry per call: IdempotentToolNode keeps the journaled tools as they
+        # are (below @tool the entry is named after the function, above it after the tool)
+        assert journal_names(runner, "tt") == {"book": 1, "notify": 1, "quote": 1}
         before = next(s for s in runner.history(graph, cfg("tt")) if s.next == ("tools",))
         again = runner.invoke(graph, None, before.config)
         replayed = {
@@ -99,14 +102,35 @@ def test_both_stacking_orders_commands_and_errors_replay(
         ]
         assert artifacts[-1] == {"item": "tea", "price": 12}  # the pair replays as a pair
         assert log.effects() == Counter({"book:Lisbon": 1, "notify:ana": 1, "quote:tea": 1})
-        names = sorted(e.name for e in runner.entries("tt"))
-        assert names[:2] == ["book", "book"] and "notify" in names
-        # the journal does not wrap twice: IdempotentToolNode keeps wrapped tools as they are
-        node = IdempotentToolNode(make_tools(log))
-        assert all(
-            (t.metadata or {}).get("langgraph_durable_idempotent")
-            for t in node.tools_by_name.values()
-        )
+        # the replay recorded each result again at its own step, once
+        assert journal_names(runner, "tt") == {"book": 2, "notify": 2, "quote": 2}
+
+
+def journal_names(runner: Runner, thread: str) -> Counter[str]:
+    """Journal entries per effect, by the last part of the journaled name."""
+    return Counter(e.name.rpartition(".")[2] for e in runner.entries(thread))
+
+
+@pytest.mark.parametrize("node", ["ToolNode", "IdempotentToolNode"])
+def test_journaled_tools_are_kept_as_they_are(spec: SaverSpec, log: EffectLog, node: str) -> None:
+    """A tool journaled below or above ``@tool`` is journaled once, in a ToolNode or an
+    IdempotentToolNode: one entry per call, and the node holds the tool it was given
+    (a ``content_and_artifact`` tool gets a copy that only rebuilds replayed pairs)."""
+    book, notify, quote = make_tools(log)
+    node_cls = IdempotentToolNode if node == "IdempotentToolNode" else ToolNode
+    built = node_cls([book, notify, quote])
+    assert built.tools_by_name["book"] is book
+    assert built.tools_by_name["notify"] is notify
+    with Runner("sync", spec) as runner:
+        graph = tool_graph(log, runner.saver, node_cls)
+        runner.invoke(graph, {"messages": [HumanMessage("go")]}, cfg("kept"))
+        assert journal_names(runner, "kept") == {"book": 1, "notify": 1, "quote": 1}
+        before = next(s for s in runner.history(graph, cfg("kept")) if s.next == ("tools",))
+        again = runner.invoke(graph, None, before.config)
+        pairs = [m.artifact for m in again["messages"] if isinstance(m, ToolMessage) and m.artifact]
+        assert pairs[-1] == {"item": "tea", "price": 12}
+        assert journal_names(runner, "kept") == {"book": 2, "notify": 2, "quote": 2}
+    assert log.effects() == Counter({"book:Lisbon": 1, "notify:ana": 1, "quote:tea": 1})
 
 
 def test_create_agent_with_an_idempotent_tool(spec: SaverSpec, log: EffectLog) -> None:
