@@ -4,7 +4,7 @@
 graphs), then changes it behind the saver's back, as someone with write access
 to the database would: one :class:`Raw` per backend reads and writes the
 stored records directly (psycopg, redis-py, boto3; no saver code on the write
-path), following the layouts documented in ``postgres/_sql.py`` (tables and
+path), following the layouts documented in ``postgres/_schema.py`` (tables and
 columns), ``redis/_keys.py`` + ``redis/_records.py`` (keys, hash fields,
 msgpack payloads, write frames) and ``dynamodb/_items.py`` (pk/sk and
 attributes). Every payload a test alters here is small enough to be stored

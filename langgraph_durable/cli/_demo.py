@@ -127,7 +127,7 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
     if crash_at > args.steps:
         raise CommandError(f"--crash-at {crash_at} is past the last step (--steps {args.steps})")
     if args.schema is not None:
-        from langgraph_durable.postgres._sql import validate_schema_name
+        from langgraph_durable.postgres._schema import validate_schema_name
 
         validate_schema_name(args.schema)
     if args.child:

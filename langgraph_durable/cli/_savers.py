@@ -171,7 +171,7 @@ def resolve_target(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     if backend == "postgres":
         schema = args.schema or env.get(_SCHEMA_ENV, "").strip() or None
         if schema is not None:
-            from langgraph_durable.postgres._sql import validate_schema_name
+            from langgraph_durable.postgres._schema import validate_schema_name
 
             schema = validate_schema_name(schema)
     elif backend == "redis":

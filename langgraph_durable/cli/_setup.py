@@ -60,7 +60,7 @@ def run_setup(args: argparse.Namespace, out: TextIO) -> int:
     if url is None:
         raise CommandError(f"setup needs a database: pass --url or set ${URL_ENV_VAR}")
     from langgraph_durable.postgres import PostgresSaver
-    from langgraph_durable.postgres._sql import validate_schema_name
+    from langgraph_durable.postgres._schema import validate_schema_name
 
     kwargs: dict[str, Any] = {}
     if args.schema is not None:

@@ -1,4 +1,4 @@
-"""Run the pure operations of ``_sql`` on psycopg connections (sync and async).
+"""Run the pure operations of ``_ops`` on psycopg connections (sync and async).
 
 The only module of the Postgres backend that talks to the database. It owns
 connection handling (a connection, a pool, or a URL), autocommit, prepared

@@ -1,6 +1,6 @@
 """``PostgresSaver`` and ``AsyncPostgresSaver``.
 
-Both run the same pure operations (``_sql.PostgresOps``) through a sync or an
+Both run the same pure operations (``_ops.PostgresOps``) through a sync or an
 async driver (``_driver``); a saver method only resolves the call's tenant and
 thread and hands the operation to its driver.
 """
@@ -28,7 +28,7 @@ from ..errors import ConfigurationError
 from ..protect.encryption import Encryption
 from ..protect.redaction import Redaction
 from . import _driver
-from ._sql import PostgresOps, validate_schema_name
+from ._ops import PostgresOps, validate_schema_name
 
 __all__ = ["PostgresSaver", "AsyncPostgresSaver", "PostgresOptions"]
 

@@ -19,7 +19,7 @@ from langgraph_durable._core.codec import (
 from langgraph_durable._core.sansio import Emit
 from langgraph_durable._core.versions import next_version
 from langgraph_durable.errors import ConfigurationError, InvalidInputError
-from langgraph_durable.postgres._sql import PostgresOps, Query, validate_schema_name
+from langgraph_durable.postgres._ops import PostgresOps, Query, validate_schema_name
 from langgraph_durable.protect.pipeline import IdentityPipeline
 
 KEY = ThreadKey("acme", "t1", "", False)

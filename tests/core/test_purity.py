@@ -11,11 +11,11 @@ PKG = pathlib.Path(langgraph_durable.__file__).parent
 FORBIDDEN = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotocore", "socket"}
 #: Every module of the Redis package but its driver, savers and server helper.
 REDIS_IMPURE = {"__init__.py", "_driver.py", "saver.py", "server.py"}
+#: Every module of the PostgreSQL package but its driver, savers and server helpers.
+POSTGRES_IMPURE = {"__init__.py", "_driver.py", "saver.py", "server.py", "embedded.py"}
 PURE_MODULES = (
     sorted((PKG / "_core").glob("*.py"))
     + [
-        PKG / "postgres" / "_sql.py",
-        PKG / "postgres" / "_prune.py",
         PKG / "dynamodb" / "_ops.py",
         PKG / "dynamodb" / "_items.py",
         PKG / "dynamodb" / "_calls.py",
@@ -30,6 +30,7 @@ PURE_MODULES = (
         PKG / "effects" / "_flow.py",
     ]
     + sorted(p for p in (PKG / "redis").glob("*.py") if p.name not in REDIS_IMPURE)
+    + sorted(p for p in (PKG / "postgres").glob("*.py") if p.name not in POSTGRES_IMPURE)
 )
 
 
@@ -48,6 +49,8 @@ def test_pure_modules_exist() -> None:
     assert len(PURE_MODULES) >= 5
     names = {p.name for p in PURE_MODULES if p.parent.name == "redis"}
     assert {"_ops.py", "_prune.py", "_keys.py", "_scripts.py"} <= names
+    names = {p.name for p in PURE_MODULES if p.parent.name == "postgres"}
+    assert {"_ops.py", "_prune.py", "_writes.py", "_reads.py", "_schema.py"} <= names
 
 
 def test_pure_modules_import_no_driver() -> None:

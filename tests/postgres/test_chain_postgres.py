@@ -13,7 +13,7 @@ from langgraph_durable import Retention
 from langgraph_durable._core.chain import ChainBlock, split_block
 from langgraph_durable._core.records import Sealed
 from langgraph_durable.errors import ConfigurationError, InvalidInputError
-from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver, _prune
+from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver, _trim
 from tests.helpers import cfg, make_cp, put_chain
 from tests.postgres.aging import age_thread
 from tests.postgres.test_rls import Roles, roles  # noqa: F401  (the module's role fixture)
@@ -289,14 +289,14 @@ def test_without_integrity_a_trim_writes_no_tombstone(
 ) -> None:
     """Without the key a trim reads the survivors only to check they carry no chain block."""
     checked: list[Any] = []
-    real = _prune._tombstones
+    real = _trim._tombstones
 
     def spy(ops: Any, links: Any) -> Any:
         stones = yield from real(ops, links)
         checked.append(stones)
         return stones
 
-    monkeypatch.setattr(_prune, "_tombstones", spy)
+    monkeypatch.setattr(_trim, "_tombstones", spy)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, retention=KEEP_1) as s:
         s.setup()
         assert s._ops.codec.chain is None

@@ -127,9 +127,9 @@ def _setup_in_child(
 
 
 def test_setup_from_many_processes_applies_each_migration_once(pg_url: str, pg_schema: str) -> None:
-    from langgraph_durable.postgres import PostgresSaver, _sql
+    from langgraph_durable.postgres import PostgresSaver, _schema
 
-    expected = list(range(1, len(_sql.MIGRATIONS) + 1))
+    expected = list(range(1, len(_schema.MIGRATIONS) + 1))
     assert expected, "no migrations defined"
 
     context = multiprocessing.get_context("spawn")

@@ -405,25 +405,25 @@ def test_moved_threads_resume_and_keep_their_deltas_chain_and_encryption(
 def test_a_move_killed_before_the_drop_is_finished_by_the_next_run(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, pg_url: str
 ) -> None:
-    from langgraph_durable.postgres import _prune
+    from langgraph_durable.postgres import _partitions
 
     _old_epoch_pair(saver, conn, pg_schema, "live")
     # a saver that remembers the thread's old epoch (it read it there)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as stale:
         assert stale.get_tuple(cfg("live")) is not None
         assert stale._ops.epochs.get("default", "live") == _epoch_of(conn, pg_schema, "live")
-        real = _prune._forget_epoch
+        real = _partitions._forget_epoch
 
         def killed(*_args: Any, **_kwargs: Any) -> Any:
             raise RuntimeError("killed")
             yield  # a generator, as the real one
 
-        _prune._forget_epoch = killed  # type: ignore[assignment]
+        _partitions._forget_epoch = killed  # type: ignore[assignment]
         try:
             with pytest.raises(RuntimeError, match="killed"):
                 saver.prune_expired()
         finally:
-            _prune._forget_epoch = real  # type: ignore[assignment]
+            _partitions._forget_epoch = real  # type: ignore[assignment]
         # moved, not dropped: the old rows are still there, and no read finds them
         assert _epoch_of(conn, pg_schema, "live") == _epoch_now(conn, pg_schema)
         assert rows_naming(conn, pg_schema, "live")["checkpoints"] == 4
@@ -441,16 +441,16 @@ def _drive_move(saver: PostgresSaver, conn: psycopg.Connection[Any]) -> Any:
     """The pruner's move of the old epoch's live threads, run one statement at a time
     on ``conn``: yields before each COMMIT (the batch is copied, not committed)."""
     from langgraph_durable._core.retention import PruneReport, PruneRequest
-    from langgraph_durable.postgres import _prune
+    from langgraph_durable.postgres import _partitions, _prune_plan
 
     request = PruneRequest(retention=IDLE_30D)
-    plan = _prune._Plan(request, lambda _t: IDLE_30D, ["default"])
+    plan = _prune_plan._Plan(request, lambda _t: IDLE_30D, ["default"])
     current = int(conn.execute(f"SELECT {saver._ops._s}.current_epoch()").fetchone()[0])  # type: ignore[index]
     epoch = int(
         conn.execute(f"SELECT min(epoch) FROM {saver._ops._s}.threads").fetchone()[0]  # type: ignore[index]
     )
-    progress = _prune._Progress(PruneReport(), 0)
-    steps = _prune._move_live(saver._ops, request, plan, epoch, current, progress)
+    progress = _prune_plan._Progress(PruneReport(), 0)
+    steps = _partitions._move_live(saver._ops, request, plan, epoch, current, progress)
     sent: Any = None
     try:
         while True:
@@ -581,10 +581,10 @@ async def test_async_saver_moves_live_threads_forward(
 def test_moves_go_a_batch_at_a_time_over_pages(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, monkeypatch: Any
 ) -> None:
-    from langgraph_durable.postgres import _prune
+    from langgraph_durable.postgres import _partitions
 
-    monkeypatch.setattr(_prune, "_MOVE_PAGE", 2)
-    monkeypatch.setattr(_prune, "MOVE_BATCH", 1)
+    monkeypatch.setattr(_partitions, "_MOVE_PAGE", 2)
+    monkeypatch.setattr(_partitions, "MOVE_BATCH", 1)
     for t in ("gone-1", "gone-2"):
         put_chain(saver, t, 5)
         age_thread(conn, pg_schema, t, days=60, move_epoch=True)
@@ -601,19 +601,19 @@ def test_moves_go_a_batch_at_a_time_over_pages(
 def test_an_expired_thread_written_before_its_epoch_drops_keeps_the_epoch(
     saver: PostgresSaver, conn: psycopg.Connection[Any], pg_schema: str, monkeypatch: Any
 ) -> None:
-    from langgraph_durable.postgres import _prune
+    from langgraph_durable.postgres import _partitions
 
     for t in ("old-1", "old-2"):
         put_chain(saver, t, 2)
         age_thread(conn, pg_schema, t, days=60, move_epoch=True)
     leaves = partitions(conn, pg_schema)
-    real = _prune._forget_epoch
+    real = _partitions._forget_epoch
 
     def written_first(*args: Any) -> Any:
         put_chain(saver, "old-2", 1)  # written again: live, in its old epoch
         return (yield from real(*args))
 
-    monkeypatch.setattr(_prune, "_forget_epoch", written_first)
+    monkeypatch.setattr(_partitions, "_forget_epoch", written_first)
     report = saver.prune_expired()
     # the epoch was kept (nothing of it forgotten), its one expired thread deleted by rows
     assert (report.threads, report.partitions, report.moved) == (1, 0, 0)

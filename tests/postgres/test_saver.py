@@ -16,7 +16,7 @@ from langgraph_durable.errors import (
     StorageUnavailableError,
 )
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
-from langgraph_durable.postgres._sql import MIGRATIONS
+from langgraph_durable.postgres._schema import MIGRATIONS
 from tests.helpers import (
     aput_message_with_write,
     cfg,
