@@ -9,6 +9,9 @@ A page gets, as environment variables (what a user's shell would export):
   rig's moto server, with credentials of an AWS account of its own (an assumed role in a
   fresh account, so its tables, buckets and KMS keys are its own). No region is set: a
   page names the region it uses, as it must for a user without an AWS profile;
+* ``LGD_REDIS_CLUSTER_URL``, on a page that names it: the rig's Redis Cluster
+  (``redis+cluster://host:port``), whose keys under the default prefix ``lgd`` are
+  deleted afterwards;
 * ``PATH`` with the virtualenv's ``bin`` first (``langgraph-durable`` and ``python``);
 
 and runs in an empty temporary directory. Keyring and integrity variables of the outer
@@ -26,7 +29,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.servers import SERVICES, RedisServer, set_dynamodb_environment
+from tests.servers import (
+    SERVICES,
+    RedisServer,
+    cluster_conn_string,
+    delete_redis_keys,
+    plain_redis_url,
+    set_dynamodb_environment,
+)
 
 #: Variables a page must set itself if it needs them.
 CLEARED = (
@@ -100,17 +110,32 @@ def page_aws_account() -> dict[str, str]:
 
 
 @pytest.fixture
+def page_cluster(page: Path) -> Iterator[dict[str, str]]:
+    """``LGD_REDIS_CLUSTER_URL`` for a page that names it (the rig's cluster), else nothing."""
+    if "LGD_REDIS_CLUSTER_URL" not in page.read_text(encoding="utf-8"):
+        yield {}
+        return
+    node = plain_redis_url(SERVICES.redis_cluster().url)
+    try:
+        yield {"LGD_REDIS_CLUSTER_URL": cluster_conn_string(node)}
+    finally:
+        delete_redis_keys(node, "lgd:")
+
+
+@pytest.fixture
 def page_environment(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     page_database: str,
     page_redis: str,
     page_aws_account: dict[str, str],
+    page_cluster: dict[str, str],
 ) -> dict[str, str]:
     """Set the page's environment (see the module docstring) and enter an empty directory."""
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
     settings = {
+        **page_cluster,
         "LGD_POSTGRES_URL": page_database,
         "LGD_REDIS_URL": page_redis,
         **page_aws_account,

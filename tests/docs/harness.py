@@ -160,7 +160,7 @@ def unmarked(example: Example) -> None:
     """The evaluator of a block the harness cannot run: it fails unless skipped."""
     info = example.region.lexemes.get("info") or "(no info string)"
     raise UnmarkedBlockError(
-        f"{example.path}:{example.line}: a ```{info} block is neither run by the docs tests "
+        f"a ```{info} block is neither run by the docs tests "
         'nor marked as an excerpt: put <!-- skip: next "why it cannot run" --> before it'
     )
 
