@@ -3,7 +3,8 @@
 Subcommands:
 
 * ``demo``: kill a LangGraph agent with SIGKILL mid-run and resume it from PostgreSQL.
-* ``setup``: apply the PostgreSQL saver's schema migrations.
+* ``setup``: make a store ready for the savers (PostgreSQL migrations, Redis server
+  checks and scripts, the DynamoDB table).
 * ``rotate-keys``: rewrap the tenants' data keys under the keyring's active key
   (PostgreSQL, Redis or DynamoDB).
 * ``shred``: crypto-shred a tenant by deleting its data keys.

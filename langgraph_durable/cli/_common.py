@@ -22,6 +22,7 @@ __all__ = [
     "connect",
     "mask_url",
     "one_line",
+    "plural",
     "resolve_url",
     "is_terminal",
     "say",
@@ -86,6 +87,22 @@ def one_line(exc: BaseException) -> str:
     """
     text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
     return text or type(exc).__name__
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """A count with its noun in the right number: ``1 thread``, ``2 threads``.
+
+    Args:
+        count: How many.
+        word: The noun in the singular.
+        words: The plural, when it is not ``word + "s"``.
+
+    Returns:
+        ``"<count> <noun>"``.
+    """
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {words if words is not None else word + 's'}"
 
 
 def say(out: TextIO, text: str = "") -> None:

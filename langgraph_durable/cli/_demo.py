@@ -31,6 +31,7 @@ from langgraph_durable.cli._common import (
     connect,
     mask_url,
     one_line,
+    plural,
     resolve_url,
     say,
 )
@@ -223,7 +224,7 @@ def _crash_and_resume(
     say(out, f"Sent SIGKILL to child pid {child.pid} in the middle of step {crash_at}'s tool call;")
     say(out, f"it exited with status {status}: no cleanup, no final write.")
     count = sum(1 for _ in saver.list(config))
-    say(out, f"PostgreSQL holds {count} checkpoints for thread {thread_id}.")
+    say(out, f"PostgreSQL holds {plural(count, 'checkpoint')} for thread {thread_id}.")
 
     say(out)
     say(out, "== 2. Resume the same thread in this process")
@@ -231,15 +232,15 @@ def _crash_and_resume(
     say(
         out,
         f"Resuming from the last checkpoint, {state.config['configurable']['checkpoint_id']} "
-        f"(LangGraph step {state.metadata['step']}, {len(state.values['messages'])} messages, "
-        f"next node: {', '.join(state.next)})",
+        f"(LangGraph step {state.metadata['step']}, "
+        f"{plural(len(state.values['messages']), 'message')}, next node: {', '.join(state.next)})",
     )
     result = graph.invoke(None, config, durability="sync")
 
     say(out)
     say(out, "== 3. Result")
     messages = result["messages"]
-    say(out, f"Final state: {len(messages)} messages")
+    say(out, f"Final state: {plural(len(messages), 'message')}")
     for message in messages:
         say(out, f"  {demo.describe(message)}")
     ok = _check(

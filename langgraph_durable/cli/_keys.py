@@ -17,7 +17,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from langgraph_durable.cli._common import CommandError, ProgressBar, is_terminal, one_line, say
+from langgraph_durable.cli._common import (
+    CommandError,
+    ProgressBar,
+    is_terminal,
+    one_line,
+    plural,
+    say,
+)
 from langgraph_durable.cli._savers import (
     Target,
     add_target_arguments,
@@ -69,10 +76,6 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     shred.set_defaults(handler=run_shred)
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 def run_rotate_keys(args: argparse.Namespace, out: TextIO) -> int:
     """Rewrap the data keys of every tenant (or of ``--tenant``) under the active key.
 
@@ -109,8 +112,8 @@ def run_rotate_keys(args: argparse.Namespace, out: TextIO) -> int:
                         raise
                     raise CommandError(
                         f"tenant {tenant!r}: {one_line(exc)} (this run rewrapped "
-                        f"{_plural(totals['rewrapped'], 'data key')} of "
-                        f"{_plural(totals['tenants'], 'tenant')} before it; run rotate-keys "
+                        f"{plural(totals['rewrapped'], 'data key')} of "
+                        f"{plural(totals['tenants'], 'tenant')} before it; run rotate-keys "
                         "again once fixed: keys already rewrapped are skipped)"
                     ) from exc
                 for name in totals:
@@ -150,8 +153,8 @@ def _rotate_sentence(target: Target, totals: dict[str, int], active: str, tenant
     if tenant is not None and totals["rewrapped"] + totals["current"] == 0:
         return f"Tenant {tenant!r} has no live data keys in {target.where}: nothing to rotate."
     return (
-        f"Rewrapped {_plural(totals['rewrapped'], 'data key')} of "
-        f"{_plural(totals['tenants'], 'tenant')} under key {active!r} "
+        f"Rewrapped {plural(totals['rewrapped'], 'data key')} of "
+        f"{plural(totals['tenants'], 'tenant')} under key {active!r} "
         f"({totals['current']} already under it) in {target.where}."
     )
 
@@ -221,7 +224,7 @@ def run_shred(args: argparse.Namespace, out: TextIO) -> int:
         say(
             out,
             f"Shredded tenant {tenant!r} in {target.where}: deleted "
-            f"{_plural(count, 'data-key version')}; its data can no longer be decrypted.",
+            f"{plural(count, 'data-key version')}; its data can no longer be decrypted.",
         )
     elif known:
         say(out, f"Tenant {tenant!r} in {target.where} was already shredded: nothing to do.")

@@ -2,8 +2,11 @@
 
 The command only parses flags, opens the saver, reports and picks the exit code;
 the pruning itself (lock, batches, what expired) is the saver's
-``prune_expired``. Flags override the policy ``setup()`` stored; with neither,
-each thread's stored expiry (written by a saver with ``retention=``) decides.
+``prune_expired``. The policy flags (``--idle``, ``--absolute``, ``--strategy``,
+``--keep``), when any is given, replace the policy ``setup()`` stored as a whole
+(nothing of the stored one is merged in); without them the stored policy applies;
+with neither, each thread's stored expiry (written by a saver with ``retention=``)
+decides. Every report says which policy ran and where it came from.
 
 Quiet for cron: a real run prints nothing unless stdout is a terminal (or
 ``--json`` asks for the summary line); a dry run always prints what it would
@@ -18,7 +21,14 @@ import json
 import sys
 from typing import Any, TextIO
 
-from langgraph_durable.cli._common import CommandError, ProgressBar, is_terminal, one_line, say
+from langgraph_durable.cli._common import (
+    CommandError,
+    ProgressBar,
+    is_terminal,
+    one_line,
+    plural,
+    say,
+)
 from langgraph_durable.cli._savers import Target, add_target_arguments, open_saver, resolve_target
 
 __all__ = ["add_parser", "run_prune", "EXIT_BUDGET", "EXIT_ERROR"]
@@ -39,8 +49,10 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         description=(
             "Apply retention: delete threads idle or older than the limits (whole: "
             "checkpoints, blobs, writes, effect journal, indexes), or trim them to their "
-            "latest checkpoints with --strategy keep-latest. Flags override the policy "
-            "stored by setup(); with neither, each thread's stored expiry decides. One "
+            "latest checkpoints with --strategy keep-latest. The policy flags (--idle, "
+            "--absolute, --strategy, --keep), when any is given, replace the policy stored "
+            "by setup() as a whole; without them the stored policy applies; with neither, "
+            "each thread's stored expiry decides. The report says which policy ran. One "
             "pruner runs at a time (a second exits 0 saying so); a run stopped by "
             "--max-seconds or killed is finished by the next run. Exit codes: 0 done, "
             "3 time budget reached with work left, 2 bad usage, 1 error."
@@ -54,10 +66,14 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--strategy",
         choices=("delete", "keep-latest"),
-        help="delete expired threads whole (default), or keep their latest checkpoints",
+        help="delete expired threads whole (default; needs --idle or --absolute), or trim "
+        "them to their latest checkpoints (every thread when no --idle or --absolute)",
     )
     parser.add_argument(
-        "--keep", type=int, help="checkpoints per namespace keep-latest keeps (default 1)"
+        "--keep",
+        type=int,
+        help="checkpoints per namespace keep-latest keeps (default 1); "
+        "alone it means --strategy keep-latest",
     )
     parser.add_argument("--tenant", help="only this tenant (default: every tenant)")
     parser.add_argument(
@@ -79,35 +95,44 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=run_prune)
 
 
-def _policy(args: argparse.Namespace, stored: str | None) -> Any:
-    """The policy to apply: flags over the stored one; None when there is neither."""
+def _flag_policy(args: argparse.Namespace) -> Any:
+    """The policy the flags give, or None when no policy flag was given.
+
+    Flags replace the stored policy as a whole (nothing of it is merged in):
+    ``--keep`` alone means ``--strategy keep-latest``; ``delete`` needs a bound.
+    """
     from langgraph_durable._core.retention import Retention, parse_duration
     from langgraph_durable.errors import DurableError
 
-    given = any(
-        getattr(args, name) is not None for name in ("idle", "absolute", "strategy", "keep")
-    )
-    base = Retention.from_json(stored) if stored else None
-    if not given:
-        return base
-    try:
-        fields: dict[str, Any] = {
-            "idle": base.idle if base else None,
-            "absolute": base.absolute if base else None,
-            "strategy": base.strategy if base else "delete",
-            "keep": base.keep if base else 1,
-        }
-        if args.idle is not None:
-            fields["idle"] = parse_duration(args.idle)
-        if args.absolute is not None:
-            fields["absolute"] = parse_duration(args.absolute)
-        if args.strategy is not None:
-            fields["strategy"] = args.strategy.replace("-", "_")
+    if all(getattr(args, name) is None for name in ("idle", "absolute", "strategy", "keep")):
+        return None
+    strategy = args.strategy or ("keep-latest" if args.keep is not None else "delete")
+    if strategy == "delete":
         if args.keep is not None:
-            fields["keep"] = args.keep
-        return Retention(**fields)
+            raise CommandError("--keep applies to --strategy keep-latest only")
+        if args.idle is None and args.absolute is None:
+            raise CommandError(
+                "--strategy delete needs --idle or --absolute (e.g. --idle 30d): without "
+                "either it would delete every thread"
+            )
+    try:
+        return Retention(
+            idle=None if args.idle is None else parse_duration(args.idle),
+            absolute=None if args.absolute is None else parse_duration(args.absolute),
+            strategy=strategy.replace("-", "_"),
+            keep=1 if args.keep is None else args.keep,
+        )
     except DurableError as exc:
         raise CommandError(one_line(exc)) from exc
+
+
+def describe(policy: Any) -> str:
+    """A policy in words: ``delete when 30d idle``, ``keep latest 1 of every thread``."""
+    from langgraph_durable._core.retention import KEEP_LATEST
+
+    if policy.strategy == KEEP_LATEST and not policy.expires:
+        return f"keep latest {policy.keep} of every thread"
+    return str(policy.describe())
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -135,15 +160,18 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     """Run the pruner once (see the module docstring for output and exit codes)."""
+    from langgraph_durable._core.retention import Retention
     from langgraph_durable.errors import ConfigurationError, DurableError, InvalidInputError
     from langgraph_durable.retention import DEFAULT_THROTTLE
 
     _check_flags(args)
+    flagged = _flag_policy(args)
     target = resolve_target(args)
     try:
         with open_saver(target, None) as saver:
-            stored = saver._run(saver._ops.retention_get())
-            policy = _policy(args, stored)
+            text = saver._run(saver._ops.retention_get())
+            stored = Retention.from_json(text) if text else None
+            policy = flagged if flagged is not None else stored
             bar: ProgressBar | None = None
 
             def progress(step: Any) -> None:
@@ -170,20 +198,24 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     except DurableError as exc:
         print(f"langgraph-durable prune: error: {one_line(exc)}", file=sys.stderr, flush=True)
         return EXIT_ERROR
-    summary = {
+    source = "flags" if flagged is not None else "stored" if stored is not None else "expiry"
+    summary: dict[str, Any] = {
         "command": "prune",
         "backend": target.backend,
-        "policy": policy.describe() if policy is not None else "stored expiry",
+        "policy": describe(policy) if policy is not None else "stored expiry",
+        "policy_source": source,
+        "stored_policy": describe(stored) if stored is not None else None,
         **report.as_dict(),
     }
+    ran = _which_policy(summary)
     if args.json:
         say(out, json.dumps(summary, separators=(",", ":")))
     elif report.locked:
         say(out, f"Another pruner is running on {target.where}: nothing done.")
     elif args.dry_run:
-        _print_dry_run(out, target, report, summary["policy"])
+        _print_dry_run(out, target, report, ran)
     elif is_terminal(out):
-        say(out, _sentence(target, report, summary["policy"]))
+        say(out, _sentence(target, report, ran))
     if report.budget_exhausted:
         print(
             f"langgraph-durable prune: stopped after --max-seconds {args.max_seconds:g} with "
@@ -195,6 +227,19 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _which_policy(summary: dict[str, Any]) -> str:
+    """Which policy ran, in words, for the text reports."""
+    if summary["policy_source"] == "expiry":
+        return "no policy stored or given: each thread's stored expiry"
+    if summary["policy_source"] == "stored":
+        return f"the stored policy: {summary['policy']}"
+    text = f"from the flags: {summary['policy']}"
+    stored = summary["stored_policy"]
+    if stored is not None and stored != summary["policy"]:
+        text += f"; the stored policy ({stored}) was not used"
+    return text
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -204,30 +249,30 @@ def _size(n: int) -> str:
 
 
 def _sentence(target: Target, report: Any, policy: str) -> str:
-    parts = [f"{report.threads} threads deleted"]
+    parts = [f"{plural(report.threads, 'thread')} deleted"]
     if report.trimmed:
         parts.append(f"{report.trimmed} trimmed")
-    parts.append(f"{report.checkpoints} checkpoints ({_size(report.bytes)})")
+    parts.append(f"{plural(report.checkpoints, 'checkpoint')} ({_size(report.bytes)})")
     if report.partitions:
-        parts.append(f"{report.partitions} partitions dropped")
+        parts.append(f"{plural(report.partitions, 'partition')} dropped")
     if report.moved:
-        parts.append(f"{report.moved} live threads moved to a newer partition")
+        parts.append(f"{plural(report.moved, 'live thread')} moved to a newer partition")
     if report.index_entries:
-        parts.append(f"{report.index_entries} index entries swept")
+        parts.append(f"{plural(report.index_entries, 'index entry', 'index entries')} swept")
     return f"Pruned {target.where} ({policy}): " + ", ".join(parts) + f" in {report.seconds:.1f}s."
 
 
 def _print_dry_run(out: TextIO, target: Target, report: Any, policy: str) -> None:
-    what = [f"delete {report.threads} threads"]
+    what = [f"delete {plural(report.threads, 'thread')}"]
     if report.trimmed:
         what.append(f"trim {report.trimmed}")
-    what.append(f"remove {report.checkpoints} checkpoints ({_size(report.bytes)})")
+    what.append(f"remove {plural(report.checkpoints, 'checkpoint')} ({_size(report.bytes)})")
     if report.partitions:
-        what.append(f"drop {report.partitions} partitions")
+        what.append(f"drop {plural(report.partitions, 'partition')}")
     if report.moved:
-        what.append(f"move {report.moved} live threads to a newer partition")
+        what.append(f"move {plural(report.moved, 'live thread')} to a newer partition")
     if report.index_entries:
-        what.append(f"sweep {report.index_entries} index entries")
+        what.append(f"sweep {plural(report.index_entries, 'index entry', 'index entries')}")
     say(out, f"Dry run on {target.where} ({policy}): a run would " + ", ".join(what) + ".")
     for tenant, thread in report.thread_ids[:_LISTED]:
         say(out, f"  tenant {tenant!r} thread {thread!r}")

@@ -1,10 +1,11 @@
-"""Which saver a URL names, and the keyring from the environment, for the key commands.
+"""Which saver a URL names, and the keyring from the environment, for the commands.
 
-``rotate-keys`` and ``shred`` work on any backend: the URL's scheme picks the sync saver
-(``postgresql://`` -> ``PostgresSaver``, ``redis://`` -> ``RedisSaver``, ``dynamodb://``
--> ``DynamoDBSaver``). The keyring comes from the same variables the Agent Server
-factories read (:func:`langgraph_durable._server.encryption_from_env`), so a cron job
-set up like the server rotates the server's keys.
+``setup``, ``rotate-keys``, ``shred``, ``prune`` and ``verify`` work on any backend: the
+URL's scheme picks the sync saver (``postgresql://`` -> ``PostgresSaver``, ``redis://``
+-> ``RedisSaver``, ``dynamodb://`` -> ``DynamoDBSaver``). The keyring comes from the same
+variables the Agent Server factories read
+(:func:`langgraph_durable._server.encryption_from_env`), so a cron job set up like the
+server rotates the server's keys.
 
 Nothing here imports a driver, LangGraph or the encryption code at module import time.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from langgraph_durable.cli._common import CommandError, connect, mask_url
+from langgraph_durable.cli._common import CommandError, mask_url
 
 if TYPE_CHECKING:
     from langgraph_durable.protect import Encryption
@@ -33,7 +34,7 @@ __all__ = [
     "resolve_target",
 ]
 
-#: Variables read, in this order, when a key command gets no ``--url`` (at most one set).
+#: Variables read, in this order, when a command gets no ``--url`` (at most one set).
 URL_ENV_VARS = ("LGD_POSTGRES_URL", "LGD_REDIS_URL", "LGD_DYNAMODB_URL")
 
 _BACKENDS = {
@@ -83,7 +84,7 @@ class Target:
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--url``, ``--schema`` and ``--prefix`` to a key command's parser.
+    """Add ``--url``, ``--schema`` and ``--prefix`` to a command's parser.
 
     Args:
         parser: The subcommand's parser.
@@ -138,7 +139,7 @@ def backend_of(url: str) -> str:
 
 
 def resolve_target(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Target:
-    """The storage a key command works on, from its options and the environment.
+    """The storage a command works on, from its options and the environment.
 
     Args:
         args: Parsed options ``url``, ``schema`` and ``prefix``.
@@ -227,8 +228,8 @@ def open_saver(
     if target.backend == "postgres":
         from langgraph_durable.postgres import PostgresSaver
 
-        with connect(target.url):  # fail fast, with the URL in the message, if unreachable
-            pass
+        # The saver connects once before opening its pool: an unreachable server fails
+        # here, at once, with one clear error.
         pg_options: dict[str, Any] = {
             "pool_size": 1,
             "encryption": encryption,

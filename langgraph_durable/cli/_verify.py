@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from langgraph_durable.cli._common import CommandError, is_terminal, one_line, say
+from langgraph_durable.cli._common import CommandError, is_terminal, one_line, plural, say
 from langgraph_durable.cli._savers import add_target_arguments, open_saver, resolve_target
 
 __all__ = ["add_parser", "run_verify", "EXIT_BROKEN"]
@@ -70,8 +70,8 @@ def run_verify(args: argparse.Namespace, out: TextIO) -> int:
         nonlocal drawn
         if terminal:
             sys.stderr.write(
-                f"\rverify: {report.threads} threads, {report.checkpoints} checkpoints, "
-                f"{report.broken} broken"
+                f"\rverify: {plural(report.threads, 'thread')}, "
+                f"{plural(report.checkpoints, 'checkpoint')}, {report.broken} broken"
             )
             sys.stderr.flush()
             drawn = True
@@ -108,10 +108,10 @@ def run_verify(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         say(out, json.dumps(summary, separators=(",", ":")))
     else:
-        state = "every chain holds" if report.ok else f"{report.broken} broken link(s)"
+        state = "every chain holds" if report.ok else plural(report.broken, "broken link")
         say(
             out,
-            f"Verified {report.checkpoints} checkpoints in {report.threads} threads on "
-            f"{target.where}: {state}.",
+            f"Verified {plural(report.checkpoints, 'checkpoint')} in "
+            f"{plural(report.threads, 'thread')} on {target.where}: {state}.",
         )
     return 0 if report.ok else EXIT_BROKEN

@@ -485,7 +485,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
         line's ``prune`` reads it).
 
         Returns:
-            What this call changed (empty when the table was ready).
+            What this call changed in the store's schema, as every saver's
+            ``setup()`` does (empty when there was nothing to do): here
+            ``"created table"`` and ``"enabled TTL"``, in that order.
 
         Raises:
             SchemaError: The table is missing (and ``create_table`` is false),

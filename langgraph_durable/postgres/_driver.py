@@ -16,6 +16,7 @@ literals (``_Statements``, ``_literals``).
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import threading
 import weakref
@@ -94,6 +95,49 @@ def _check_url(url: str) -> str:
     return url
 
 
+def _connect_timeout(pool_timeout: float) -> int:
+    """libpq's ``connect_timeout`` (whole seconds, 2 at least) for a probe."""
+    return max(2, math.ceil(pool_timeout))
+
+
+def _probe_error(url: str, exc: psycopg.Error) -> DurableError:
+    """Our error for a failed first connection to ``url`` (the URL itself left out:
+    it may hold a password)."""
+    text = " ".join(part.strip() for part in str(exc).replace(url, "<URL>").splitlines())
+    text = text.strip() or type(exc).__name__
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageUnavailableError(f"cannot connect to PostgreSQL: {text}")
+    return ConfigurationError(
+        f"invalid PostgreSQL connection string ({text}): use "
+        "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME or libpq key=value pairs"
+    )
+
+
+def _probe(url: str, pool_timeout: float) -> None:
+    """Connect once before opening a pool on ``url``.
+
+    A pool retries an unreachable server in the background, logging each attempt,
+    until a caller's wait runs out; one direct connection first turns a wrong URL,
+    a server that is down or a refused login into one clear error, at once.
+    """
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=_connect_timeout(pool_timeout))
+    except psycopg.Error as exc:
+        raise _probe_error(url, exc) from None
+    conn.close()
+
+
+async def _aprobe(url: str, pool_timeout: float) -> None:
+    """:func:`_probe` for the async driver."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=_connect_timeout(pool_timeout)
+        )
+    except psycopg.Error as exc:
+        raise _probe_error(url, exc) from None
+    await conn.close()
+
+
 def _classify(conn: Any, pool_type: type, conn_type: type, saver: str) -> tuple[Any, Any]:
     """(pool, None) or (None, connection) for what a saver was given."""
     if isinstance(conn, pool_type):
@@ -121,9 +165,10 @@ class SyncConnector:
         self.owns = False
         self._lock: threading.Lock | None = None
         if isinstance(conn, str):
+            _probe(_check_url(conn), options.pool_timeout)
             try:
                 conn = ConnectionPool(
-                    _check_url(conn),
+                    conn,
                     min_size=1,
                     max_size=options.pool_size,
                     timeout=options.pool_timeout,
@@ -468,9 +513,12 @@ class AsyncConnector:
         self.owns = False
         self._opened = True
         self._lock: asyncio.Lock | None = None
+        self._url: str | None = None
+        self._pool_timeout = options.pool_timeout
         if isinstance(conn, str):
+            self._url = _check_url(conn)
             conn = AsyncConnectionPool(
-                _check_url(conn),
+                conn,
                 min_size=1,
                 max_size=options.pool_size,
                 timeout=options.pool_timeout,
@@ -488,6 +536,8 @@ class AsyncConnector:
 
     async def open(self) -> None:
         if not self._opened and self.pool is not None:
+            if self._url is not None:
+                await _aprobe(self._url, self._pool_timeout)
             try:
                 await self.pool.open(wait=True)
             except Exception as exc:

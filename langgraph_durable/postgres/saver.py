@@ -264,7 +264,9 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
         """Create or migrate the schema (safe from many processes at once).
 
         Returns:
-            The migration versions this call applied (empty if up to date).
+            What this call changed in the store's schema, as every saver's
+            ``setup()`` does (empty when there was nothing to do): here the
+            migration versions it applied, in order.
         """
         return self._after_setup(self._run(self._setup_op()))
 
@@ -313,7 +315,8 @@ class AsyncPostgresSaver(AsyncSaverMethods, _PostgresSaverBase):
         await self._conn.close()
 
     async def setup(self) -> list[int]:
-        """Create or migrate the schema; returns the migration versions applied."""
+        """Create or migrate the schema; returns the migration versions applied
+        (see ``PostgresSaver.setup``)."""
         self._bind_loop()
         return self._after_setup(await self._arun(self._setup_op()))
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from .._core.retention import PruneRequest, Retention
@@ -76,9 +75,14 @@ EVICTING_POLICIES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class SetupResult:
-    """What ``setup()`` found.
+class SetupResult(list[str]):
+    """What ``setup()`` changed, and what it found on the servers.
+
+    Like every saver's ``setup()`` result, it is the list of the changes the call
+    made to the store's schema, empty when there was nothing to do. Redis keys need
+    no schema, so on Redis the list is always empty (loading the scripts into the
+    servers' cache and storing the retention policy are not schema changes; neither
+    are they on PostgreSQL or DynamoDB).
 
     Attributes:
         versions: The server version of each primary.
@@ -86,8 +90,21 @@ class SetupResult:
             ``langgraph_durable.redis`` logger).
     """
 
-    versions: tuple[str, ...]
-    warnings: tuple[str, ...]
+    def __init__(
+        self,
+        changes: Iterable[str] = (),
+        *,
+        versions: tuple[str, ...] = (),
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(changes)
+        self.versions = versions
+        self.warnings = warnings
+
+    def __repr__(self) -> str:
+        return (
+            f"SetupResult({list(self)!r}, versions={self.versions!r}, warnings={self.warnings!r})"
+        )
 
 
 class AdminOps(OpsBase):

@@ -290,6 +290,13 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
         warning when the server may evict checkpoints on its own. A saver whose
         ``retention`` is a :class:`~langgraph_durable.Retention` (not a
         callable) stores it as JSON in ``<prefix>:retention`` for the CLI.
+
+        Returns:
+            What this call changed in the store's schema, as every saver's
+            ``setup()`` does (empty when there was nothing to do): Redis keys
+            need no schema, so always an empty list, a
+            :class:`~langgraph_durable.redis.SetupResult` whose ``versions``
+            and ``warnings`` say what it found on the servers.
         """
         return self._run(self._setup_op())  # type: ignore[no-any-return]
 
