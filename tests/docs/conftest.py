@@ -130,10 +130,15 @@ def page_environment(
     page_redis: str,
     page_aws_account: dict[str, str],
     page_cluster: dict[str, str],
-) -> dict[str, str]:
-    """Set the page's environment (see the module docstring) and enter an empty directory."""
+) -> Iterator[dict[str, str]]:
+    """Set the page's environment (see the module docstring) and enter an empty directory.
+
+    The whole environment is restored afterwards: a page may set variables itself (as a
+    user would export them), and they must not leak into later tests.
+    """
+    saved = dict(os.environ)
     for name in CLEARED:
-        monkeypatch.delenv(name, raising=False)
+        os.environ.pop(name, None)
     settings = {
         **page_cluster,
         "LGD_POSTGRES_URL": page_database,
@@ -141,7 +146,10 @@ def page_environment(
         **page_aws_account,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
-    for name, value in settings.items():
-        monkeypatch.setenv(name, value)
+    os.environ.update(settings)
     monkeypatch.chdir(tmp_path)
-    return settings
+    try:
+        yield settings
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -42,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,6 +246,7 @@ class PageRun:
 
     path: Path
     ran: list[int] = field(default_factory=list)
+    seconds: dict[int, float] = field(default_factory=dict)
     excerpts: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -267,6 +269,7 @@ def run_page(path: Path, namespace: dict[str, Any] | None = None) -> PageRun:
         if example.region.evaluator is _SKIP.skipper:
             example.evaluate()
             continue
+        started = time.perf_counter()
         try:
             example.evaluate()
         except SkipTest as excerpt:
@@ -278,6 +281,7 @@ def run_page(path: Path, namespace: dict[str, Any] | None = None) -> PageRun:
                 f"{where}:{example.line}: block failed: {type(exc).__name__}: {exc}"
             ) from exc
         run.ran.append(example.line)
+        run.seconds[example.line] = time.perf_counter() - started
     return run
 
 
