@@ -463,6 +463,7 @@ class Pruner:
             params["ExclusiveStartKey"] = cursor
         pending: dict[str, Seen] = {}
         done: set[str] = set()
+        walked = 0
         while True:
             resp = yield from self.ops._call("scan", params)
             for item in resp.get("Items") or []:
@@ -480,9 +481,10 @@ class Pruner:
                 yield from self._batch(threads)
                 done.update(chunk)
                 report = self.report
+                walked += len(chunk)
                 yield Emit(
                     PruneProgress(
-                        done=report.threads_seen,
+                        done=walked,
                         total=None,
                         threads=report.threads + report.trimmed,
                         checkpoints=report.checkpoints,
@@ -530,8 +532,10 @@ class Pruner:
 
     def _batch(self, threads: Sequence[Seen]) -> Generator[Any, Any, None]:
         for seen in threads:
-            self.report.threads_seen += 1
             action, readable, keep = self._verdict(seen)
+            if action != KEEP:
+                # found expired: the count PostgreSQL's pruner keeps (live threads left out)
+                self.report.threads_seen += 1
             if action == PURGE:
                 yield from self._purge(seen, readable)
             elif action == TRIM:

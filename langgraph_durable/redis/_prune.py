@@ -238,6 +238,7 @@ class _Run:
         self._policy = policy
         self._policies: dict[str, Retention | None] = {}
         self._forget_thread = forget_thread
+        self._expired: set[tuple[str, str]] = set()  # of the batch being pruned
 
     def policy(self, tenant: str) -> Retention | None:
         """The tenant's policy (asked once per run)."""
@@ -251,12 +252,21 @@ class _Run:
         return self.keys.thread(item.tenant, item.thread)
 
     def batch(self, items: Sequence[_Item]) -> Generator[Any, Any, None]:
-        """Prune one batch of threads; threads written meanwhile are looked at again."""
+        """Prune one batch of threads; threads written meanwhile are looked at again.
+
+        Adds to ``threads_seen`` the threads found expired (each once, however
+        often it is looked at again): the count PostgreSQL's pruner keeps, which
+        leaves out live threads and threads already gone.
+        """
         todo = list(items)
-        for _ in range(ATTEMPTS):
-            todo = yield from self._once(todo)
-            if not todo:
-                return None
+        self._expired = set()
+        try:
+            for _ in range(ATTEMPTS):
+                todo = yield from self._once(todo)
+                if not todo:
+                    return None
+        finally:
+            self.report.threads_seen += len(self._expired)
         log.info(
             "pruner: %d thread(s) kept changing while being pruned; the next run prunes them",
             len(todo),
@@ -280,6 +290,7 @@ class _Run:
             if policy is None:
                 continue  # native expiry (or nothing) applies: only the sweep
             if _expired(policy, raw, item, now):
+                self._expired.add((item.tenant, item.thread))
                 seen = _Seen(item, str(int(raw[4])), _text(raw[2]))
                 (drops if policy.strategy == DELETE else trims).append(seen)
         retry: list[_Item] = []
@@ -528,14 +539,15 @@ def _walk(run: _Run, lock: str, me: str) -> Generator[Any, Any, None]:
         counts = yield Batch(tuple(Command(("ZCARD", run.keys.tenant_index(t))) for t in tenants))
         total = sum(int(c) for c in counts if not isinstance(c, DurableError))
     walk = _IndexWalk(run.keys, tenants)
+    walked = 0
     while True:
         started = request.monotonic()
         items = yield from walk.take(request.batch)
         if not items:
             return None
         yield from run.batch(items)
-        report.threads_seen += len(items)
-        yield Emit(PruneProgress(report.threads_seen, total, report.threads, report.checkpoints))
+        walked += len(items)
+        yield Emit(PruneProgress(walked, total, report.threads, report.checkpoints))
         if not (yield from _renew_lock(lock, me)):
             log.warning("pruner: another pruner took the lock over; stopping")
             report.locked = True

@@ -312,7 +312,8 @@ async def test_absolute_caps_a_busy_thread_and_it_expires_whole(
         assert h.keys_naming("quiet") == []
         assert h.indexed() == {"busy", "quiet"}  # the index is swept by the pruner
         report = await h.prune_expired()
-        assert (report.threads, report.index_entries, report.threads_seen) == (0, 2, 2)
+        # threads_seen counts expired threads still stored: these expired natively
+        assert (report.threads, report.index_entries, report.threads_seen) == (0, 2, 0)
         assert h.indexed() == set()
 
 
@@ -337,7 +338,7 @@ async def test_pruner_deletes_expired_threads_whole_and_keeps_live_ones(
             Retention(idle=datetime.timedelta(days=1)), batch=2, progress=seen.append
         )
         assert (report.threads, report.trimmed, report.checkpoints) == (2, 0, 6)
-        assert report.bytes > 0 and report.threads_seen == 3 and report.index_entries == 0
+        assert report.bytes > 0 and report.threads_seen == 2 and report.index_entries == 0
         assert not report.dry_run and not report.locked and not report.budget_exhausted
         assert [p.done for p in seen] == [2, 3] and seen[-1].total == 3
         for tenant in ("acme", "beta"):
@@ -376,7 +377,7 @@ async def test_pruner_judges_idle_and_absolute_from_stored_times(
 
         idle = Retention(idle=datetime.timedelta(days=1))
         report = await h.prune_expired(idle, now=now)
-        assert report.threads == 0 and report.threads_seen == 3
+        assert report.threads == 0 and report.threads_seen == 0  # none expired
         # absolute counts from the stored creation, however recent the last write
         report = await h.prune_expired(Retention(absolute=datetime.timedelta(days=7)), now=now)
         assert report.threads == 1 and h.keys_naming("aged") == []
@@ -454,7 +455,7 @@ async def test_dry_run_changes_nothing_and_predicts_the_real_run(
         dry = await h.prune_expired(dry_run=True)
         assert h.dump() == before
         assert dry.dry_run and (dry.threads, dry.trimmed, dry.index_entries) == (2, 1, 1)
-        assert dry.checkpoints == 3 + 3 + 4 and dry.bytes > 0 and dry.threads_seen == 6
+        assert dry.checkpoints == 3 + 3 + 4 and dry.bytes > 0 and dry.threads_seen == 3
         assert sorted(dry.thread_ids) == [("a", "old1"), ("a", "old2"), ("b", "long")]
         real = await h.prune_expired()
         expected = dry.as_dict() | {"dry_run": False, "seconds": real.as_dict()["seconds"]}
