@@ -58,7 +58,9 @@ __all__ = [
     "PAGES",
     "PageRun",
     "REPO",
+    "fence_lines",
     "fence_parser",
+    "is_excerpt_marker",
     "parse_page",
     "run_page",
     "starting_namespace",
@@ -192,9 +194,16 @@ def fence_parser(document: Document) -> Iterable[Region]:
 _SKIP = SkipParser()
 
 
+def _fenced_spans(document: Document) -> list[tuple[int, int]]:
+    return [(r.start, r.end) for r in RawFencedCodeBlockLexer(info_pattern=_INFO)(document)]
+
+
 def skip_parser(document: Document) -> Iterable[Region]:
-    """Sybil's skip directive, restricted to ``skip: next "reason"``."""
+    """Sybil's skip directive (outside fenced blocks), restricted to ``skip: next "reason"``."""
+    fenced = _fenced_spans(document)
     for region in _SKIP(document):
+        if any(start <= region.start < end for start, end in fenced):
+            continue  # a directive shown inside a block
         action, reason = region.parsed
         line = document.text.count("\n", 0, region.start) + 1
         if action != "next":
@@ -214,11 +223,21 @@ def skip_parser(document: Document) -> Iterable[Region]:
         yield region
 
 
+def is_excerpt_marker(region: Region) -> bool:
+    """Whether ``region`` is a skip directive (rather than a fenced block)."""
+    return region.evaluator is _SKIP.skipper
+
+
 def parse_page(path: Path) -> Document:
     """The page with a region for every fenced block and every skip directive."""
     document = Document.parse(str(path), fence_parser, skip_parser)
-    directives = len(_DIRECTIVE.findall(document.text))
-    skips = sum(1 for _, region in document.regions if region.evaluator is _SKIP.skipper)
+    fenced = _fenced_spans(document)
+    directives = sum(
+        1
+        for match in _DIRECTIVE.finditer(document.text)
+        if not any(start <= match.start() < end for start, end in fenced)
+    )
+    skips = sum(1 for _, region in document.regions if is_excerpt_marker(region))
     if directives != skips:
         raise ValueError(f"{path}: a skip directive is malformed (Sybil read {skips} of them)")
     return document
@@ -266,7 +285,7 @@ def run_page(path: Path, namespace: dict[str, Any] | None = None) -> PageRun:
     document.namespace["__name__"] = "__docs__"
     run = PageRun(path)
     for example in document.examples():
-        if example.region.evaluator is _SKIP.skipper:
+        if is_excerpt_marker(example.region):
             example.evaluate()
             continue
         started = time.perf_counter()
