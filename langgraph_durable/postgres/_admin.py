@@ -175,7 +175,7 @@ class AdminOps(OpsBase):
         """Lock the thread's registry row, then delete the thread (inside a transaction).
 
         The lock comes first, in a statement of its own: if the pruner is
-        moving the thread forward (``_prune``), the lock waits for the move to
+        moving the thread forward (``_partitions``), the lock waits for the move to
         commit, and the delete's own snapshot, taken after, sees the moved rows.
         One statement would delete the registry row but miss the moved rows.
         """

@@ -225,7 +225,7 @@ def _move_live(
     no longer live are left), copies their checkpoints, blobs and writes into
     the current epoch's partitions, and points the registry rows there. Writes to
     a thread of an older epoch read its registry row FOR KEY SHARE (see
-    ``PostgresOps``): a write in flight finishes first (the copy, a later
+    ``_writes.WriteOps``): a write in flight finishes first (the copy, a later
     statement, sees it), and a write that comes meanwhile waits and then goes
     to the new epoch. ``delete_thread``, ``delete_for_runs`` and
     ``copy_thread`` lock the row in a statement of their own first. Readers

@@ -14,8 +14,8 @@ two phases:
    the end of the phase. A run killed after the commit leaves partitions no
    registry row names; the next run drops them. An epoch at least two older
    than the current one whose live threads hold no more checkpoints than its
-   expired ones has its live threads moved forward first (``_move_live``), so
-   that it drops whole too.
+   expired ones has its live threads moved forward first, so that it drops
+   whole too. This phase is ``_partitions``.
 2. **Rows.** Expired threads elsewhere (live threads keep an old partition
    alive) go in batches of ``request.batch`` threads: one statement per batch
    deletes each thread's registry row, checkpoints, blobs, writes and journal

@@ -41,7 +41,7 @@ class WriteOps(OpsBase):
         idle = "make_interval(secs => %(idle_s)s::double precision)"
         absolute = "make_interval(secs => %(abs_s)s::double precision)"
         # A thread of an older epoch may be moved forward by the pruner (see
-        # ``_prune._move_live``): its registry row is read FOR KEY SHARE, so a
+        # ``_partitions._move_live``): its registry row is read FOR KEY SHARE, so a
         # write waits for a move in progress and then sees the thread's new
         # epoch (READ COMMITTED reads the locked row's latest version), and a
         # move waits for the writes in flight. A thread of the current epoch is
