@@ -52,6 +52,7 @@ logger = logging.getLogger("langgraph_durable.effects")
 
 _FIRST_WAIT = 0.01
 _MAX_WAIT = 0.5
+_BRANCH_WAIT = 1.0  # how long a checkpoint LangGraph is still writing is waited for
 
 
 class _Retry:
@@ -239,7 +240,9 @@ def _check_conflict(plan: CallPlan, opened: OpenedEffect, policy: Policy) -> Non
         )
 
 
-def _on_another_branch(plan: CallPlan, original: OpenedEffect) -> Generator[Any, Any, bool]:
+def _on_another_branch(
+    plan: CallPlan, original: OpenedEffect, clock: Callable[[], float]
+) -> Generator[Any, Any, bool]:
     """Whether the entry one step earlier was recorded on another branch of the thread.
 
     The task runs from checkpoint B (``plan.branch``). A call one step earlier
@@ -247,16 +250,26 @@ def _on_another_branch(plan: CallPlan, original: OpenedEffect) -> Generator[Any,
     source is ``loop``). B written by ``update_state`` (``update``) or by a
     replay (``fork``) starts a new branch; and an entry recorded from another
     checkpoint than B's parent belongs to another branch (a fork's original).
+    LangGraph may still be writing B (``durability="async"``): it is read again
+    for up to ``_BRANCH_WAIT`` seconds; a B that cannot be read (``"exit"``)
+    counts as another branch, so the effect is not repeated.
     """
     assert plan.branch is not None
-    base = yield RunOp(plan.saver._get_op(plan.branch))  # type: ignore[arg-type]
-    if base is None:
-        return False
+    deadline = clock() + _BRANCH_WAIT
+    pause = _FIRST_WAIT
+    while True:
+        base = yield RunOp(plan.saver._get_op(plan.branch))  # type: ignore[arg-type]
+        if base is not None:
+            break
+        if clock() >= deadline:
+            return True
+        yield Sleep(pause)
+        pause = min(pause * 2, _MAX_WAIT)
     if (base.metadata or {}).get("source") in ("update", "fork"):
         return True
     parent = ((base.parent_config or {}).get("configurable") or {}).get("checkpoint_id")
     request = original.request if isinstance(original.request, dict) else {}
-    return bool(parent) and request.get("checkpoint_id") != parent
+    return request.get("checkpoint_id") != parent
 
 
 def effect_flow(
@@ -321,7 +334,7 @@ def effect_flow(
             try:
                 original = yield RunOp(saver._effect_lookup_op(tenant, thread, plan.replayed_from))
                 if original is not None and original.entry.state == DONE and plan.branch:
-                    if not (yield from _on_another_branch(plan, original)):
+                    if not (yield from _on_another_branch(plan, original, clock)):
                         original = None  # the same call earlier in this branch: a new effect
             except Exception:
                 # nothing ran: give the claim back, so the next run looks again

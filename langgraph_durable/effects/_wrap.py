@@ -319,13 +319,15 @@ class _Wrapped:
             )
             index = _COUNTERS.next(scope, (self.policy.name, digest))
             material = effect_material(site, index, digest)
-            # A time-travel run executes its tasks one step after the originals: a run
-            # LangGraph marks as a replay (invoked with a checkpoint's config), and a run
-            # that resumes a thread (input None, or Command(resume=...)), which may
-            # continue a fork or a replay; the latter checks the original is not in
-            # the run's own past before reusing its result (see docs/effects.md).
+            # A time-travel branch (a replay, or a fork made with update_state) runs its
+            # tasks one step after the originals. A fresh call looks for the same call
+            # one step earlier: in a run LangGraph marks as a replay (invoked with a
+            # checkpoint's config) it is the original; in any other run (invoked with
+            # the thread's config: a fork at the thread's head, a resume or a crash
+            # recovery inside such a branch) it is the original only when it was
+            # recorded on another branch, not earlier in this one (see docs/effects.md).
             replaying = configurable.get("__pregel_replay_state") is not None
-            if replaying or (configurable.get("__pregel_resuming") and base is not None):
+            if replaying or base is not None:
                 earlier = EffectSite(site.ns, site.step - 1, site.path, site.name)
                 replayed_from = effect_material(earlier, index, digest)
                 if not replaying:
