@@ -161,6 +161,16 @@ class SyncSaverMethods(SaverAdmin):
         )
         return _collect_report(self._iterate(op), progress)
 
+    def stored_retention(self) -> Retention | None:
+        """The retention policy ``setup()`` stored, or None when none is stored.
+
+        It is what ``langgraph-durable prune`` applies when given no policy flags. A
+        saver's ``setup()`` stores its ``retention=`` when that is a plain ``Retention``
+        (not a callable).
+        """
+        text = self._run(self._ops.retention_get())
+        return Retention.from_json(text) if text else None
+
     def verify(
         self,
         *,
@@ -307,6 +317,11 @@ class AsyncSaverMethods(SaverAdmin):
             elif progress is not None:
                 progress(item)
         return _final(report)
+
+    async def astored_retention(self) -> Retention | None:
+        """Async :meth:`SyncSaverMethods.stored_retention`."""
+        text = await self._arun(self._ops.retention_get())
+        return Retention.from_json(text) if text else None
 
     async def averify(
         self,
