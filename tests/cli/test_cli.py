@@ -235,8 +235,10 @@ def test_setup_unreachable_database(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_setup_needs_a_url() -> None:
-    proc = run_cli("setup")
-    _assert_one_line_error(proc, "pass --url or set $LGD_POSTGRES_URL")
+    proc = run_cli("setup", LGD_REDIS_URL=None, LGD_DYNAMODB_URL=None)
+    _assert_one_line_error(
+        proc, "pass --url or set one of $LGD_POSTGRES_URL, $LGD_REDIS_URL, $LGD_DYNAMODB_URL"
+    )
 
 
 def test_unknown_command_and_no_command() -> None:
