@@ -31,7 +31,11 @@ LANGGRAPH_SUITE_ARGS ?=
 
 .PHONY: setup test lint test-unit test-langgraph demo bench soak
 
+# Everything the tests need from the network is fetched here, so that `make test` runs
+# offline afterwards: the packages (above), and LangGraph's sdist for its own test suite
+# (cached under .lgd/langgraph-suite/; a no-op when it is there).
 setup: $(SETUP_STAMP)
+	$(PY) tests/langgraph_suite/run_suite.py --fetch-only
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,27 +51,27 @@ test: lint test-unit
 	$(MAKE) --no-print-directory test-langgraph
 
 # ruff (lint and format) over everything, mypy over the package.
-lint: $(SETUP_STAMP)
+lint: setup
 	$(VENV)/bin/ruff check langgraph_durable tests benchmarks
 	$(VENV)/bin/ruff format --check langgraph_durable tests benchmarks
 	$(VENV)/bin/mypy langgraph_durable
 
 # pytest exits non-zero (5) when it collects no test, which fails the target too.
-test-unit: $(SETUP_STAMP)
+test-unit: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS) tests
 
-test-langgraph: $(SETUP_STAMP)
+test-langgraph: setup
 	$(PY) tests/langgraph_suite/run_suite.py $(LANGGRAPH_SUITE_ARGS)
 
-demo: $(SETUP_STAMP)
+demo: setup
 	$(VENV)/bin/langgraph-durable demo
 
-bench: $(SETUP_STAMP)
+bench: setup
 	$(PY) benchmarks/run.py
 
 # The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py).
 SOAK_TRIALS ?= 500
-soak: $(SETUP_STAMP)
+soak: setup
 	mkdir -p .lgd && rm -f .lgd/soak-report.txt
 	LGD_CRASH_TRIALS=$(SOAK_TRIALS) LGD_CRASH_REPORT=.lgd/soak-report.txt \
 		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py; \

@@ -18,16 +18,16 @@ afterwards:
   (moto's server, credentials and region from the environment); a table with a unique
   name, created by ``setup()`` and deleted.
 
-``durable_pg_enc``, ``durable_redis_enc_async`` and ``durable_dynamodb_enc_async`` are
-one saver per backend again with envelope encryption on (a local keyring made per
-process) and the hash chain on (``integrity=``, a chain key made per saver).
-
-``durable_pg_rls`` (and ``durable_pg_rls_async``) is the sync (async) Postgres saver with
-row-level security on, under the
-role recipe of docs/security.md: a migration role (made per process) owns the schema
-and runs ``setup(row_level_security=True)``, and the saver connects as an
-application role (made per process) that owns nothing and may only do what
-``app_role_grants`` allows. Both roles are dropped when the process exits.
+``durable_pg_all``, ``durable_redis_all_async`` and ``durable_dynamodb_all_async`` are
+one saver per backend again with every protection on at once: envelope encryption (a
+local keyring made per process), the hash chain (``integrity=``, a chain key made per
+saver) and PII redaction (every detector, in ``tokenize`` mode with ``restore=True``, so
+that reads give back what the graph wrote and the suite's assertions hold). The
+PostgreSQL one also runs under row-level security, with the role recipe of
+docs/security.md: a migration role (made per process) owns the schema and runs
+``setup(row_level_security=True)``, and the saver connects as an application role (made
+per process) that owns nothing and may only do what ``app_role_grants`` allows. Both
+roles are dropped when the process exits.
 
 ``upstream_pg`` / ``upstream_pg_async`` run the stock ``langgraph-checkpoint-postgres``
 savers through the same plumbing (confined to the schema via ``search_path``), as a
@@ -205,43 +205,34 @@ def _rls_schema() -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
-def durable_pg_rls() -> Iterator[Any]:
+def durable_pg_all() -> Iterator[Any]:
     from langgraph_durable.postgres import PostgresSaver
 
     with _rls_schema() as (app_url, schema):
         with PostgresSaver.from_conn_string(
-            app_url, schema=schema, row_level_security=True
+            app_url, schema=schema, row_level_security=True, **_all_protections()
         ) as saver:
             _apply_strict_msgpack(saver)
             yield saver
 
 
-@asynccontextmanager
-async def durable_pg_rls_async() -> AsyncIterator[Any]:
-    from langgraph_durable.postgres import AsyncPostgresSaver
+def _all_protections() -> dict[str, Any]:
+    """Encryption, integrity and redaction settings for one saver."""
+    from langgraph_durable.protect import Encryption, LocalKeyring, Redaction, Rule
 
-    with _rls_schema() as (app_url, schema):
-        async with AsyncPostgresSaver.from_conn_string(
-            app_url, schema=schema, row_level_security=True
-        ) as saver:
-            _apply_strict_msgpack(saver)
-            yield saver
-
-
-def _encryption() -> Any:
-    from langgraph_durable.protect import Encryption, LocalKeyring
-
-    return Encryption(LocalKeyring({"suite": secrets.token_bytes(32)}, "suite"))
+    return {
+        "encryption": Encryption(LocalKeyring({"suite": secrets.token_bytes(32)}, "suite")),
+        "integrity": secrets.token_bytes(32),
+        "redaction": Redaction([Rule(mode="tokenize")], key=secrets.token_bytes(32), restore=True),
+    }
 
 
 @contextmanager
-def durable_pg(encryption: Any = None, integrity: Any = None) -> Iterator[Any]:
+def durable_pg() -> Iterator[Any]:
     from langgraph_durable.postgres import PostgresSaver
 
     with _sync_schema() as (url, schema):
-        with PostgresSaver.from_conn_string(
-            url, schema=schema, encryption=encryption, integrity=integrity
-        ) as saver:
+        with PostgresSaver.from_conn_string(url, schema=schema) as saver:
             saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
@@ -295,29 +286,48 @@ def durable_redis() -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def durable_redis_async(encryption: Any = None, integrity: Any = None) -> AsyncIterator[Any]:
+async def durable_redis_async(**protections: Any) -> AsyncIterator[Any]:
     from langgraph_durable.redis import AsyncRedisSaver
 
     with _redis_prefix() as (url, prefix):
-        async with AsyncRedisSaver.from_conn_string(
-            url, prefix=prefix, encryption=encryption, integrity=integrity
-        ) as saver:
+        async with AsyncRedisSaver.from_conn_string(url, prefix=prefix, **protections) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
 
 
+_DYNAMODB_CLIENTS: dict[str, Any] = {}
+
+
+def _dynamodb_client(endpoint: str) -> Any:
+    """One client per process and endpoint, made as the savers make their own.
+
+    A boto3 client costs a tenth of a second or more to create (it loads the service's
+    models); every test making two of them cost more than its DynamoDB calls on moto.
+    boto3's clients are thread-safe; the savers leave a client they were given open.
+    """
+    client = _DYNAMODB_CLIENTS.get(endpoint)
+    if client is None:
+        from langgraph_durable.dynamodb._driver import make_client
+        from langgraph_durable.dynamodb.saver import DynamoDBOptions
+
+        options = DynamoDBOptions.from_settings(
+            {"table": "unused", "region": DYNAMODB_REGION, "endpoint_url": endpoint}
+        )
+        client = _DYNAMODB_CLIENTS[endpoint] = make_client(options)
+    return client
+
+
 @contextmanager
-def _dynamodb_table() -> Iterator[str]:
-    """A connection string naming a fresh table; the table is deleted afterwards."""
+def _dynamodb_table() -> Iterator[tuple[str, Any]]:
+    """A connection string naming a fresh table, and the process's client; the table
+    is deleted afterwards."""
     endpoint = _required_env(DYNAMODB_ENDPOINT_ENV, "a DynamoDB endpoint URL")
     table = f"{TABLE_PREFIX}{secrets.token_hex(6)}"
+    client = _dynamodb_client(endpoint)
     try:
-        yield f"dynamodb://{table}?region={DYNAMODB_REGION}&endpoint={endpoint}"
+        yield f"dynamodb://{table}?region={DYNAMODB_REGION}&endpoint={endpoint}", client
     finally:
-        import boto3
-
-        client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=DYNAMODB_REGION)
         try:
             client.delete_table(TableName=table)
         except client.exceptions.ResourceNotFoundException:
@@ -328,22 +338,20 @@ def _dynamodb_table() -> Iterator[str]:
 def durable_dynamodb() -> Iterator[Any]:
     from langgraph_durable.dynamodb import DynamoDBSaver
 
-    with _dynamodb_table() as conn_string:
-        with DynamoDBSaver.from_conn_string(conn_string) as saver:
+    with _dynamodb_table() as (conn_string, client):
+        with DynamoDBSaver.from_conn_string(conn_string, client=client) as saver:
             saver.setup()
             _apply_strict_msgpack(saver)
             yield saver
 
 
 @asynccontextmanager
-async def durable_dynamodb_async(
-    encryption: Any = None, integrity: Any = None
-) -> AsyncIterator[Any]:
+async def durable_dynamodb_async(**protections: Any) -> AsyncIterator[Any]:
     from langgraph_durable.dynamodb import AsyncDynamoDBSaver
 
-    with _dynamodb_table() as conn_string:
+    with _dynamodb_table() as (conn_string, client):
         async with AsyncDynamoDBSaver.from_conn_string(
-            conn_string, encryption=encryption, integrity=integrity
+            conn_string, client=client, **protections
         ) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
@@ -382,19 +390,15 @@ SYNC_FACTORIES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "durable_pg": durable_pg,
     "durable_redis": durable_redis,
     "durable_dynamodb": durable_dynamodb,
-    "durable_pg_enc": lambda: durable_pg(_encryption(), secrets.token_bytes(32)),
-    "durable_pg_rls": durable_pg_rls,
+    "durable_pg_all": durable_pg_all,
     "upstream_pg": upstream_pg,
 }
 ASYNC_FACTORIES: dict[str, Callable[[], AbstractAsyncContextManager[Any]]] = {
     "durable_pg_async": durable_pg_async,
     "durable_redis_async": durable_redis_async,
     "durable_dynamodb_async": durable_dynamodb_async,
-    "durable_redis_enc_async": lambda: durable_redis_async(_encryption(), secrets.token_bytes(32)),
-    "durable_dynamodb_enc_async": lambda: durable_dynamodb_async(
-        _encryption(), secrets.token_bytes(32)
-    ),
-    "durable_pg_rls_async": durable_pg_rls_async,
+    "durable_redis_all_async": lambda: durable_redis_async(**_all_protections()),
+    "durable_dynamodb_all_async": lambda: durable_dynamodb_async(**_all_protections()),
     "upstream_pg_async": upstream_pg_async,
 }
 #: The test rig's service (see tests/servers.py) each saver needs.
@@ -405,11 +409,9 @@ SERVICE_OF: dict[str, str] = {
     "durable_redis_async": "redis",
     "durable_dynamodb": "dynamodb",
     "durable_dynamodb_async": "dynamodb",
-    "durable_pg_enc": "postgres",
-    "durable_pg_rls": "postgres",
-    "durable_pg_rls_async": "postgres",
-    "durable_redis_enc_async": "redis",
-    "durable_dynamodb_enc_async": "dynamodb",
+    "durable_pg_all": "postgres",
+    "durable_redis_all_async": "redis",
+    "durable_dynamodb_all_async": "dynamodb",
     "upstream_pg": "postgres",
     "upstream_pg_async": "postgres",
 }

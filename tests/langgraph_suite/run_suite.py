@@ -4,9 +4,10 @@
 The ``langgraph`` sdist on PyPI ships the full ``tests/`` directory of its release. This
 script:
 
-1. reads the installed ``langgraph`` version and downloads that version's sdist with
-   ``pip download`` (cached under ``.lgd/langgraph-suite/`` in the repository root, which
-   git ignores);
+1. reads the installed ``langgraph`` version and takes that version's sdist from the
+   cache under ``.lgd/langgraph-suite/`` in the repository root (git ignores it), where
+   ``make setup`` put it (``--fetch-only``); it is downloaded with ``pip download`` only if
+   it is missing, so after ``make setup`` the suite runs with no network;
 2. copies the sdist's ``tests/`` and ``pyproject.toml`` into a fresh work directory, so
    that the *installed* ``langgraph`` is the one under test;
 3. copies ``conftest_durable.py`` (next to this file) into that ``tests/`` package and
@@ -26,7 +27,7 @@ Usage (from the repository root, with the project's virtualenv)::
     python tests/langgraph_suite/run_suite.py                      # all our savers
     python tests/langgraph_suite/run_suite.py --saver redis        # both Redis savers
     python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync PG saver only
-    python tests/langgraph_suite/run_suite.py --saver durable_pg_rls  # ... with row-level security
+    python tests/langgraph_suite/run_suite.py --saver durable_pg_all  # ... every protection on
     python tests/langgraph_suite/run_suite.py --saver upstream     # stock savers (baseline)
     python tests/langgraph_suite/run_suite.py --files test_pregel.py --extra-k interrupt
     python tests/langgraph_suite/run_suite.py -- -x --lf           # after "--": to pytest
@@ -76,22 +77,14 @@ ALIASES = {
         "durable_redis_async",
         "durable_dynamodb",
         "durable_dynamodb_async",
-        "durable_pg_enc",
-        "durable_redis_enc_async",
-        "durable_dynamodb_enc_async",
-        "durable_pg_rls",
-        "durable_pg_rls_async",
+        "durable_pg_all",
+        "durable_redis_all_async",
+        "durable_dynamodb_all_async",
     ),
-    "postgres": (
-        "durable_pg",
-        "durable_pg_async",
-        "durable_pg_enc",
-        "durable_pg_rls",
-        "durable_pg_rls_async",
-    ),
-    "redis": ("durable_redis", "durable_redis_async", "durable_redis_enc_async"),
-    "dynamodb": ("durable_dynamodb", "durable_dynamodb_async", "durable_dynamodb_enc_async"),
-    "encrypted": ("durable_pg_enc", "durable_redis_enc_async", "durable_dynamodb_enc_async"),
+    "postgres": ("durable_pg", "durable_pg_async", "durable_pg_all"),
+    "redis": ("durable_redis", "durable_redis_async", "durable_redis_all_async"),
+    "dynamodb": ("durable_dynamodb", "durable_dynamodb_async", "durable_dynamodb_all_async"),
+    "protected": ("durable_pg_all", "durable_redis_all_async", "durable_dynamodb_all_async"),
     "upstream": ("upstream_pg", "upstream_pg_async"),
 }
 REQUIRED_MODULES = {
@@ -552,11 +545,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         action="append",
         metavar="NAME",
         help="saver to run (repeatable): durable_pg, durable_pg_async, durable_redis, "
-        "durable_redis_async, durable_dynamodb, durable_dynamodb_async, durable_pg_enc, "
-        "durable_redis_enc_async, durable_dynamodb_enc_async, durable_pg_rls, "
-        "durable_pg_rls_async, upstream_pg, upstream_pg_async, or the groups 'durable' "
-        "(default: all of ours), 'postgres', "
-        "'redis', 'dynamodb', 'encrypted', 'upstream', 'all'",
+        "durable_redis_async, durable_dynamodb, durable_dynamodb_async, and one saver per "
+        "backend with every protection on (encryption, integrity, redaction; row-level "
+        "security on PostgreSQL): durable_pg_all, durable_redis_all_async, "
+        "durable_dynamodb_all_async; the stock upstream_pg, upstream_pg_async; or the "
+        "groups 'durable' (default: all of ours), 'postgres', 'redis', 'dynamodb', "
+        "'protected', 'upstream', 'all'",
     )
     parser.add_argument(
         "--files",
@@ -587,6 +581,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory after the run")
     parser.add_argument(
+        "--fetch-only",
+        action="store_true",
+        help="download the sdist into the cache (if it is not there yet) and exit: "
+        "`make setup` runs this so that the suite later runs with no network",
+    )
+    parser.add_argument(
         "--prepare-only",
         action="store_true",
         help="download and patch, print the work directory, do not run pytest",
@@ -597,6 +597,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.fetch_only:
+        version = args.langgraph_version or metadata.version("langgraph")
+        try:
+            print(fetch_sdist(version, args.cache_dir.resolve()))
+        except SuiteError as exc:
+            log(f"ERROR: {exc}")
+            return 2
+        return 0
     factories = load_factories()
     all_names = [*factories.SYNC_NAMES, *factories.ASYNC_NAMES]
     try:
