@@ -855,16 +855,86 @@ def set_dynamodb_environment(target: MutableMapping[str, str]) -> None:
         target.setdefault(name, value)
 
 
+_ROLLBACK_INSTALLED = False
+
+
+def install_item_level_transaction_rollback() -> None:
+    """Make moto's ``TransactWriteItems`` back up only the items it touches.
+
+    moto backs a transaction up by deep-copying the whole table once per item of the
+    transaction, and restores that copy when the transaction is cancelled; so every
+    transaction costs time in proportion to the table's size, and a test that writes a
+    few hundred checkpoints spends most of its time copying. This wraps the method
+    (moto's own code still runs every check and write): before it runs, each item the
+    transaction names is deep-copied (or noted absent), the tables' deep copy returns
+    the table itself, and if the transaction raises (cancelled, or refused) every named
+    item is put back as it was. A transaction changes only the items it names, so the
+    outcome is the same as restoring the whole table. Idempotent; process-wide.
+    """
+    global _ROLLBACK_INSTALLED
+    if _ROLLBACK_INSTALLED:
+        return
+    import copy
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    whole_table_rollback = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved: dict[tuple[str, Any, Any], tuple[Any, Any]] = {}
+        tables: dict[str, Any] = {}
+        for entry in transact_items:
+            for kind, op in entry.items():
+                table = self.tables.get(op.get("TableName"))
+                if table is None:
+                    continue
+                tables[op["TableName"]] = table
+                keys = op.get("Item", {}) if kind == "Put" else op.get("Key", {})
+                try:
+                    hash_key, range_key = self.get_keys_value(table, keys)
+                except Exception:  # moto refuses the item itself; nothing to save
+                    continue
+                where = (op["TableName"], hash_key, range_key)
+                if where not in saved:
+                    current = table.get_item(hash_key, range_key)
+                    saved[where] = (table, copy.deepcopy(current))
+        for table in tables.values():
+            table.__deepcopy__ = lambda memo, table=table: table
+        try:
+            whole_table_rollback(self, transact_items)
+        except BaseException:
+            for (_, hash_key, range_key), (table, item) in saved.items():
+                if range_key is None:
+                    if item is None:
+                        table.items.pop(hash_key, None)
+                    else:
+                        table.items[hash_key] = item
+                elif item is None:
+                    table.items[hash_key].pop(range_key, None)
+                else:
+                    table.items[hash_key][range_key] = item
+            raise
+        finally:
+            for table in tables.values():
+                del table.__deepcopy__
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    _ROLLBACK_INSTALLED = True
+
+
 class MotoServer:
     """moto's DynamoDB (and every other service it mocks) on a loopback port, in a thread.
 
     Like ``moto.server.ThreadedMotoServer`` (the same WSGI application and request
-    handler), with one difference: requests are served one at a time. moto's in-memory
-    backend is not thread-safe: ``TransactWriteItems`` deep-copies the table for its
+    handler), with two differences. Requests are served one at a time: moto's in-memory
+    backend is not thread-safe: ``TransactWriteItems`` backs the table up for its
     rollback while a concurrent request may be changing it, and answers 500
     ("dictionary changed size during iteration"); a real DynamoDB never does. Requests
     still arrive on many connections at once (the server is threaded); only the
     application call is serialised, which costs little since moto holds the GIL anyway.
+    And a transaction backs up the items it names rather than the whole table
+    (:func:`install_item_level_transaction_rollback`), so its cost does not grow with
+    the table.
 
     Args:
         host: Address to listen on.
@@ -893,6 +963,7 @@ class MotoServer:
 
         # werkzeug logs every request at INFO to a stderr handler of its own otherwise.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        install_item_level_transaction_rollback()
         application = DomainDispatcherApplication(create_backend_app)
         lock = threading.Lock()
 

@@ -507,6 +507,77 @@ def test_dynamodb_fixtures(dynamodb_endpoint: str, dynamodb_table: str) -> None:
     assert dynamodb_table in client.list_tables()["TableNames"]
 
 
+@pytest.mark.parametrize("range_key", [False, True], ids=["hash", "hash-range"])
+def test_moto_transactions_roll_back_every_item_they_named(
+    dynamodb_endpoint: str, dynamodb_table: str, range_key: bool
+) -> None:
+    """The rig's moto backs up only the items a transaction names (not the whole table):
+    a cancelled or refused transaction still leaves the table exactly as it was."""
+    import boto3
+    import botocore.exceptions
+
+    client = boto3.client("dynamodb", endpoint_url=dynamodb_endpoint)
+    schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
+    attributes = [{"AttributeName": "pk", "AttributeType": "S"}]
+    if range_key:
+        schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
+        attributes.append({"AttributeName": "sk", "AttributeType": "S"})
+    client.create_table(
+        TableName=dynamodb_table,
+        KeySchema=schema,
+        AttributeDefinitions=attributes,
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    def key(name: str) -> dict[str, Any]:
+        return {"pk": {"S": name}, **({"sk": {"S": "s"}} if range_key else {})}
+
+    def items() -> dict[str, Any]:
+        scanned = client.scan(TableName=dynamodb_table, ConsistentRead=True)["Items"]
+        return {item["pk"]["S"]: item for item in scanned}
+
+    for name in ("a", "b", "c"):
+        client.put_item(TableName=dynamodb_table, Item={**key(name), "v": {"N": "1"}})
+    before = items()
+
+    def put(name: str) -> dict[str, Any]:
+        return {"Put": {"TableName": dynamodb_table, "Item": {**key(name), "v": {"N": "2"}}}}
+
+    def update(name: str) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": dynamodb_table,
+                "Key": key(name),
+                "UpdateExpression": "SET v = :v, w = :v",
+                "ExpressionAttributeValues": {":v": {"N": "2"}},
+            }
+        }
+
+    delete_c = {"Delete": {"TableName": dynamodb_table, "Key": key("c")}}
+    must_exist = {
+        "ConditionCheck": {
+            "TableName": dynamodb_table,
+            "Key": key("missing"),
+            "ConditionExpression": "attribute_exists(pk)",
+        }
+    }
+    # cancelled by its last item, after the others were applied one by one
+    with pytest.raises(botocore.exceptions.ClientError, match="TransactionCanceled"):
+        client.transact_write_items(
+            TransactItems=[put("a"), update("b"), delete_c, put("d"), update("e"), must_exist]
+        )
+    assert items() == before
+    # refused: two operations on one item
+    with pytest.raises(botocore.exceptions.ClientError, match="ValidationException"):
+        client.transact_write_items(TransactItems=[put("a"), update("d"), put("d")])
+    assert items() == before
+    # and a transaction that succeeds applies every item
+    client.transact_write_items(TransactItems=[put("a"), update("b"), delete_c, put("d")])
+    after = items()
+    assert sorted(after) == ["a", "b", "d"]
+    assert after["a"]["v"] == after["b"]["w"] == after["d"]["v"] == {"N": "2"}
+
+
 # --------------------------------------------------------------------------- pytest-xdist
 
 
