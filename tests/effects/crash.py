@@ -1,10 +1,11 @@
 """The crash harness: run a graph in worker processes, SIGKILL them, resume, check effects.
 
 A trial runs one thread to its end. Each worker process (forked from the
-zygote) resumes the thread; the harness kills it at a random moment: after a
-random number of new effect lines plus a random delay, so kills land before,
-inside and after effects, and between an effect and the checkpoint that would
-record its node. A new worker resumes until one finishes. Then the trial
+zygote) resumes the thread; the harness kills it at a planned moment: once the
+log holds a number of effect lines, plus a delay drawn inside the effect or after
+it, so kills land before, inside and after effects, and between an effect and the
+checkpoint that would record its node (:class:`KillPlans` spreads a run's kills over
+every such moment). A new worker resumes until one finishes. Then the trial
 compares the thread's final state with an uncrashed run's, and every effect's
 executions with what the journal allows:
 
@@ -58,29 +59,74 @@ def _storage_outage(job: dict[str, Any], pid: int) -> bool:
     return len(last) == 2 and "langgraph_durable.errors.StorageUnavailableError" in last[1]
 
 
+#: Where a planned kill lands: once the log holds ``position`` effect lines (0: before
+#: the first effect; up to all seven of the line graph), then either at once, inside the
+#: effect (it pauses 5 ms after its line, before the journal records its result), or
+#: later, after it (recording the result, the checkpoint, the next node).
+POSITIONS = range(sum(line_effects().values()) + 1)
+INSIDE, AFTER = (0.0, 0.003), (0.007, 0.02)
+
+
+class KillPlans:
+    """Kill moments for the trials of one run, stratified so that a short run still
+    reaches every moment the harness draws from.
+
+    The cells are every (position, inside or after) pair: 16. Each trial gets
+    ``MAX_KILLS`` cells (its workers are killed at those moments, in order of position;
+    the next worker runs undisturbed), so every 4 trials kill once in every cell, in a
+    shuffled grouping; the next 4 trials take the same groups one trial later, so that
+    every cell is also killed in a worker of the other flavour (trials alternate sync
+    and async). The delay within each half is drawn anew every time. 8 trials kill
+    twice in every cell; longer runs reshuffle every 8 trials.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.groups: list[list[tuple[int, tuple[float, float]]]] = []
+        self.trial = 0
+
+    def next(self) -> list[tuple[int, float]]:
+        """The next trial's kills: (effect lines to wait for, then seconds to wait)."""
+        cells = [(position, delay) for position in POSITIONS for delay in (INSIDE, AFTER)]
+        per_round = len(cells) // MAX_KILLS
+        index = self.trial % (2 * per_round)
+        if index == 0:
+            self.rng.shuffle(cells)
+            self.groups = [cells[i : i + MAX_KILLS] for i in range(0, len(cells), MAX_KILLS)]
+        # the second round: group g goes to trial g + 1, the other flavour
+        group = self.groups[index if index < per_round else (index - per_round - 1) % per_round]
+        self.trial += 1
+        return [(position, self.rng.uniform(*delay)) for position, delay in sorted(group)]
+
+
 def run_trial(
-    zygote: Zygote, job: dict[str, Any], rng: random.Random, eager: bool = False
+    zygote: Zygote,
+    job: dict[str, Any],
+    plan: list[tuple[int, float]] | None = None,
+    eager: bool = False,
 ) -> TrialResult:
     """One thread, crashed and resumed until it finishes; the verdict.
 
-    ``eager``: kill each worker as soon as it logs its next effect (at most once
-    per trial), the moment that makes an unjournaled effect repeat.
+    ``plan``: the workers' kills, in order (:meth:`KillPlans.next`); after the last,
+    a worker runs undisturbed. ``eager``: kill the first worker as soon as it logs its
+    next effect, the moment that makes an unjournaled effect repeat.
     """
+    kills = [(1, 0.0)] if eager else list(plan or [])
     log = EffectLog(job["log"])
     result = TrialResult()
     killed: set[str] = set()
     while True:
         pid = zygote.start(job)
-        if result.kills < (1 if eager else MAX_KILLS) and (eager or rng.random() < 0.85):
-            seen = sum(1 for p in log.lines() if p and p[0] == "effect")
-            target = seen + (1 if eager else rng.randint(0, 3))
+        if kills:
+            target, delay = kills.pop(0)
+            if eager:
+                target += sum(1 for p in log.lines() if p and p[0] == "effect")
             deadline = time.monotonic() + WORKER_TIMEOUT
             while time.monotonic() < deadline and zygote.running(pid):
                 if sum(1 for p in log.lines() if p and p[0] == "effect") >= target:
                     break
                 time.sleep(0.001)
-            if not eager:
-                time.sleep(rng.uniform(0, 0.02))
+            time.sleep(delay)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

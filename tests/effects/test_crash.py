@@ -1,8 +1,9 @@
 """Crash recovery, interrupts across processes, and racing workers, on every backend.
 
-Workers are forked from a zygote process (``zygote.py``) and SIGKILLed at random
-moments by the harness (``crash.py``). ``LGD_CRASH_TRIALS`` sets the trials per
-backend (30 by default; ``make soak`` runs 500).
+Workers are forked from a zygote process (``zygote.py``) and SIGKILLed at planned
+moments by the harness (``crash.py``: every trial kills four workers, and every 8
+trials kill twice at each moment, sync and async). ``LGD_CRASH_TRIALS`` sets the
+trials per backend (8 by default; ``make soak`` runs 500).
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ import psycopg
 import pytest
 
 from tests.effects.conftest import BACKENDS, make_spec
-from tests.effects.crash import TrialResult, ledger_counts, run_trial
+from tests.effects.crash import (
+    AFTER,
+    INSIDE,
+    MAX_KILLS,
+    POSITIONS,
+    KillPlans,
+    TrialResult,
+    ledger_counts,
+    run_trial,
+)
 from tests.effects.graphs import EffectLog, line_effects
 from tests.effects.worker import _graph as worker_graph
 from tests.effects.zygote import Zygote
 from tests.redaction_helpers import SaverSpec, open_saver
 
-TRIALS = int(os.environ.get("LGD_CRASH_TRIALS", "30"))
+TRIALS = int(os.environ.get("LGD_CRASH_TRIALS", "8"))
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 #: DynamoDB trials per moto server in a long run: moto's memory grows with every
 #: transaction it serves (about 8 MB per crashed-and-resumed thread here, faster
@@ -132,18 +142,43 @@ def _summary(results: list[TrialResult]) -> str:
     )
 
 
+def test_every_8_trials_kill_at_every_moment_in_both_flavours() -> None:
+    """The stratified plans: a short CI run reaches every kill moment a soak does."""
+    plans = KillPlans(random.Random("plans"))
+    for _ in range(3):  # and again after each reshuffle
+        seen: Counter[tuple[int, bool, bool]] = Counter()
+        for trial in range(8):
+            plan = plans.next()
+            assert len(plan) == MAX_KILLS
+            assert [p for p, _ in plan] == sorted(p for p, _ in plan)
+            for position, delay in plan:
+                inside = INSIDE[0] <= delay <= INSIDE[1]
+                assert inside or AFTER[0] <= delay <= AFTER[1]
+                seen[(position, inside, trial % 2 == 1)] += 1
+        assert seen == Counter(
+            {
+                (p, inside, flavour): 1
+                for p in POSITIONS
+                for inside in (True, False)
+                for flavour in (True, False)
+            }
+        )
+    assert list(POSITIONS) == list(range(sum(line_effects().values()) + 1))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_crash_trials_default_policy(
     request: pytest.FixtureRequest, backend: str, zygote: Zygote, tmp_path: pathlib.Path
 ) -> None:
-    rng = random.Random(f"crash-{backend}-{uuid.uuid4()}")
+    seed = f"crash-{backend}-{uuid.uuid4()}"
+    plans = KillPlans(random.Random(seed))
     results: list[TrialResult] = []
     for trials, spec in _specs(request, backend):
         for _ in range(trials):
             trial = len(results)
             job = _job(spec, tmp_path, f"crash-{trial}", **{"async": trial % 2 == 1})
-            results.append(run_trial(zygote, job, rng))
-    _report(f"{backend}: {_summary(results)}")
+            results.append(run_trial(zygote, job, plans.next()))
+    _report(f"{backend}: {_summary(results)} (seed {seed})")
     assert sum(r.kills for r in results) >= TRIALS  # the harness really crashed workers
     assert [r for r in results if not r.state_ok] == []
     assert [r.lost for r in results if r.lost] == []
@@ -158,9 +193,10 @@ def test_crash_trials_transactional_postgres_exactly_once(
     ledger = f'"{pg_schema}".effect_ledger'
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {ledger} (effect_key text, what text, pid integer)")
-    rng = random.Random(f"tx-{uuid.uuid4()}")
+    seed = f"tx-{uuid.uuid4()}"
+    plans = KillPlans(random.Random(seed))
     results = []
-    trials = max(TRIALS // 2, 15)
+    trials = max(TRIALS // 2, 8)
     for trial in range(trials):
         job = _job(
             spec,
@@ -170,8 +206,8 @@ def test_crash_trials_transactional_postgres_exactly_once(
             ledger=ledger,
             **{"async": flavour == "async"},
         )
-        results.append(run_trial(zygote, job, rng))
-    _report(f"postgres transactional {flavour}: {_summary(results)}")
+        results.append(run_trial(zygote, job, plans.next()))
+    _report(f"postgres transactional {flavour}: {_summary(results)} (seed {seed})")
     assert sum(r.kills for r in results) >= trials
     assert [r for r in results if not r.state_ok] == []
     rows = ledger_counts(pg_url, ledger)
@@ -190,13 +226,9 @@ def test_unwrapped_effects_repeat_after_a_crash(
 ) -> None:
     """The gap the journal closes: kill a worker right after a plain effect, resume."""
     spec = _prepare(make_spec(request, backend))
-    rng = random.Random(f"gap-{backend}")
     results = [
         run_trial(
-            zygote,
-            _job(spec, tmp_path, f"gap-{trial}", wrapped=False, pause=0.2),
-            rng,
-            eager=True,
+            zygote, _job(spec, tmp_path, f"gap-{trial}", wrapped=False, pause=0.2), eager=True
         )
         for trial in range(3)
     ]
