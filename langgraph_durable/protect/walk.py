@@ -193,7 +193,12 @@ class StringRewriter:
             return None
         memo = self.memo
         if memo is not None:
-            fingerprint = tuple(_shape(getattr(value, name, None)) for name in plan)
+            # Every field, the skipped ones too: a copy made at the first walk carries
+            # them as they were then, and LangGraph sets a message's id in place
+            # (add_messages) after a node returned it.
+            fingerprint = tuple(
+                _shape(getattr(value, name, None)) for name in type(value).model_fields
+            )
             key = (self.scope, id(value))
             hit = memo.get(key)
             if hit is not None and hit[0] is value and hit[1] == fingerprint:
