@@ -160,7 +160,6 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     """Run the pruner once (see the module docstring for output and exit codes)."""
-    from langgraph_durable._core.retention import Retention
     from langgraph_durable.errors import ConfigurationError, DurableError, InvalidInputError
     from langgraph_durable.retention import DEFAULT_THROTTLE
 
@@ -169,8 +168,7 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     target = resolve_target(args)
     try:
         with open_saver(target, None) as saver:
-            text = saver._run(saver._ops.retention_get())
-            stored = Retention.from_json(text) if text else None
+            stored = saver.stored_retention()
             policy = flagged if flagged is not None else stored
             bar: ProgressBar | None = None
 
