@@ -7,7 +7,8 @@
 #                        DynamoDB; sync and async); LANGGRAPH_SUITE_ARGS="--saver redis" narrows it
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
-#   make soak            the long crash soak: 500 SIGKILL trials per backend (CI runs 30)
+#   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8) and
+#                        100 property examples per test (make test runs 8)
 #
 # Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
 # answering on 127.0.0.1:5432, else a throwaway server; Redis from $LGD_REDIS_URL, else one
@@ -69,10 +70,13 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/run.py
 
-# The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py).
+# The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py)
+# and the property tests with 100 examples each (tests/property); make test runs 8 of each.
 SOAK_TRIALS ?= 500
+SOAK_PROPERTY_EXAMPLES ?= 100
 soak: setup
 	mkdir -p .lgd && rm -f .lgd/soak-report.txt
 	LGD_CRASH_TRIALS=$(SOAK_TRIALS) LGD_CRASH_REPORT=.lgd/soak-report.txt \
-		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py; \
+		LGD_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) \
+		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py tests/property; \
 		status=$$?; cat .lgd/soak-report.txt; exit $$status
