@@ -116,7 +116,9 @@ def run_trial(
     result = TrialResult()
     killed: set[str] = set()
     while True:
-        pid = zygote.start(job)
+        # a job's "resume_pause" (if any) replaces its "pause" once a worker was killed
+        resumed = killed and "resume_pause" in job
+        pid = zygote.start({**job, "pause": job["resume_pause"]} if resumed else job)
         if kills:
             target, delay = kills.pop(0)
             if eager:

@@ -228,7 +228,10 @@ def test_unwrapped_effects_repeat_after_a_crash(
     spec = _prepare(make_spec(request, backend))
     results = [
         run_trial(
-            zygote, _job(spec, tmp_path, f"gap-{trial}", wrapped=False, pause=0.2), eager=True
+            zygote,
+            # a long pause in the effect, so that the kill lands inside it; none after
+            _job(spec, tmp_path, f"gap-{trial}", wrapped=False, pause=0.2, resume_pause=0.0),
+            eager=True,
         )
         for trial in range(3)
     ]
