@@ -1,4 +1,4 @@
-"""Fixtures of the effect-journal tests: a saver spec per backend."""
+"""Fixtures of the effect-journal tests: a saver spec per backend, sync or async, a log."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.effects.graphs import EffectLog
 from tests.redaction_helpers import SaverSpec
 
 BACKENDS = ("postgres", "redis", "dynamodb")
@@ -27,3 +28,18 @@ def make_spec(request: pytest.FixtureRequest, backend: str) -> SaverSpec:
 @pytest.fixture(params=BACKENDS)
 def spec(request: pytest.FixtureRequest) -> SaverSpec:
     return make_spec(request, request.param)
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def log(tmp_path: Any) -> EffectLog:
+    return EffectLog(str(tmp_path / "effects.log"))
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    """A run's config on ``thread``."""
+    return {"configurable": {"thread_id": thread}}

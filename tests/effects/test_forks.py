@@ -22,23 +22,10 @@ from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_durable.effects import current_effect, idempotent
+from tests.effects.conftest import cfg
 from tests.effects.graphs import EffectLog
 from tests.effects.runner import Runner
 from tests.redaction_helpers import SaverSpec
-
-
-@pytest.fixture(params=["sync", "async"])
-def flavour(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def log(tmp_path: Any) -> EffectLog:
-    return EffectLog(str(tmp_path / "effects.log"))
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
 
 
 class OrderState(TypedDict, total=False):

@@ -34,6 +34,7 @@ from langgraph_durable.errors import (
     EffectConflictError,
     InvalidInputError,
 )
+from tests.effects.conftest import cfg
 from tests.effects.graphs import (
     EffectLog,
     Effects,
@@ -45,20 +46,6 @@ from tests.effects.graphs import (
 )
 from tests.effects.runner import Runner
 from tests.redaction_helpers import SaverSpec
-
-
-@pytest.fixture(params=["sync", "async"])
-def flavour(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def log(tmp_path: Any) -> EffectLog:
-    return EffectLog(str(tmp_path / "effects.log"))
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
 
 
 class PayState(TypedDict, total=False):

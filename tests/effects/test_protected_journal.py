@@ -46,6 +46,7 @@ from langgraph_durable.errors import DecryptionError, DurableError
 from langgraph_durable.protect import IdentityPipeline, RedactionPipeline
 from langgraph_durable.redis._ops import KeyLayout
 from tests.dynamodb.helpers import make_client, raw_items, table_dump
+from tests.effects.conftest import cfg
 from tests.effects.runner import Runner
 from tests.encryption_helpers import canary_forms, flip_bit, local_encryption
 from tests.postgres.test_encryption import dump_schema
@@ -53,15 +54,6 @@ from tests.redaction_helpers import MODES, SaverSpec
 from tests.redis.test_encryption import dump_prefix
 
 TENANT = "default"
-
-
-@pytest.fixture(params=["sync", "async"])
-def flavour(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
 
 
 # ---- canaries and the graph that journals them ---------------------------------------

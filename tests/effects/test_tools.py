@@ -15,18 +15,10 @@ from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.types import Command
 
 from langgraph_durable.effects import IdempotentToolNode, current_effect, idempotent
+from tests.effects.conftest import cfg
 from tests.effects.graphs import ChatState, EffectLog
 from tests.effects.runner import Runner
 from tests.redaction_helpers import SaverSpec, _langchain_path
-
-
-@pytest.fixture
-def log(tmp_path: Any) -> EffectLog:
-    return EffectLog(str(tmp_path / "effects.log"))
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
 
 
 def make_tools(log: EffectLog) -> list[Any]:
