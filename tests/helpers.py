@@ -73,6 +73,16 @@ def cfg(
     return {"configurable": c}
 
 
+def cli_target(spec: Any) -> list[str]:
+    """The command line's flags naming the store of a ``SaverSpec`` (URL, schema or prefix)."""
+    args = ["--url", spec.conn]
+    if spec.backend == "postgres":
+        args += ["--schema", spec.kwargs["schema"]]
+    elif spec.backend == "redis":
+        args += ["--prefix", spec.kwargs["prefix"]]
+    return args
+
+
 def make_cp(**values: Any) -> dict[str, Any]:
     """A fresh ``empty_checkpoint()`` (new id) whose channel values are ``values``."""
     cp = dict(empty_checkpoint())

@@ -36,6 +36,7 @@ from langgraph_durable._core.records import Sealed
 from langgraph_durable.cli import main
 from langgraph_durable.errors import ChainKeyRequiredError, IntegrityError
 from tests.effects.conftest import BACKENDS, make_spec
+from tests.helpers import cli_target
 from tests.integrity_helpers import (
     LONG,
     TENANT,
@@ -83,15 +84,6 @@ def built(spec: SaverSpec) -> Built:
         return build_store(saver)
 
 
-def target_args(spec: SaverSpec) -> list[str]:
-    args = ["--url", spec.conn]
-    if spec.backend == "postgres":
-        args += ["--schema", spec.kwargs["schema"]]
-    elif spec.backend == "redis":
-        args += ["--prefix", spec.kwargs["prefix"]]
-    return args
-
-
 def verify(
     spec: SaverSpec,
     capsys: pytest.CaptureFixture[str],
@@ -105,7 +97,7 @@ def verify(
     else:
         monkeypatch.setenv("LGD_INTEGRITY_KEY", key.hex())
     capsys.readouterr()
-    code = main(["verify", *target_args(spec), *extra])
+    code = main(["verify", *cli_target(spec), *extra])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -419,7 +411,7 @@ def test_trim_without_the_chain_key_is_refused_and_removes_nothing(
     monkeypatch.delenv("LGD_INTEGRITY_KEY", raising=False)
     time.sleep(1.1)
     capsys.readouterr()
-    code = main(["prune", *target_args(spec), "--idle", "1s", "--strategy", "keep-latest"])
+    code = main(["prune", *cli_target(spec), "--idle", "1s", "--strategy", "keep-latest"])
     out, err = capsys.readouterr()
     assert code == 2, out + err
     assert "LGD_INTEGRITY_KEY" in out + err, out + err
@@ -429,7 +421,7 @@ def test_trim_without_the_chain_key_is_refused_and_removes_nothing(
     assert code == 0, out
     # with the key the same command trims, and the thread still verifies
     monkeypatch.setenv("LGD_INTEGRITY_KEY", KEY.hex())
-    code = main(["prune", *target_args(spec), "--idle", "1s", "--strategy", "keep-latest"])
+    code = main(["prune", *cli_target(spec), "--idle", "1s", "--strategy", "keep-latest"])
     out, err = capsys.readouterr()
     assert code == 0, out + err
     with saver_of(spec) as saver:

@@ -35,7 +35,7 @@ from langgraph_durable.cli import main
 from langgraph_durable.cli._common import plural
 from langgraph_durable.errors import ConfigurationError, StorageUnavailableError
 from tests.effects.conftest import BACKENDS, make_spec
-from tests.helpers import cfg, put_chain
+from tests.helpers import cfg, cli_target, put_chain
 from tests.redaction_helpers import SaverSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,15 +73,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         env=_env(),
         cwd=REPO_ROOT,
     )
-
-
-def target_args(spec: SaverSpec) -> list[str]:
-    args = ["--url", spec.conn]
-    if spec.backend == "postgres":
-        args += ["--schema", spec.kwargs["schema"]]
-    elif spec.backend == "redis":
-        args += ["--prefix", spec.kwargs["prefix"]]
-    return args
 
 
 def saver_class(backend: str) -> Any:
@@ -123,7 +114,7 @@ def _refused_url() -> str:
 def prune_json(spec: SaverSpec, capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
     """The JSON summary of ``langgraph-durable prune --json FLAGS``, run in-process."""
     capsys.readouterr()
-    code = main(["prune", *target_args(spec), "--json", *flags])
+    code = main(["prune", *cli_target(spec), "--json", *flags])
     out, err = capsys.readouterr()
     assert code == 0, err
     return json.loads(out)  # type: ignore[no-any-return]
@@ -131,7 +122,7 @@ def prune_json(spec: SaverSpec, capsys: pytest.CaptureFixture[str], *flags: str)
 
 def prune_text(spec: SaverSpec, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
     capsys.readouterr()
-    code = main(["prune", *target_args(spec), *flags])
+    code = main(["prune", *cli_target(spec), *flags])
     out, err = capsys.readouterr()
     assert code == 0, err
     return out
@@ -147,10 +138,10 @@ def test_setup_makes_every_backend_ready_then_changes_nothing(spec: SaverSpec) -
         with pytest.raises(ClientError):  # a fresh name: no table yet
             _dynamodb_client(spec).describe_table(TableName=urlsplit(spec.conn).netloc)
 
-    first = run_cli("setup", *target_args(spec))
+    first = run_cli("setup", *cli_target(spec))
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.stderr == ""
-    second = run_cli("setup", *target_args(spec))
+    second = run_cli("setup", *cli_target(spec))
     assert second.returncode == 0, second.stdout + second.stderr
     if spec.backend == "postgres":
         schema = spec.kwargs["schema"]

@@ -38,8 +38,3 @@ def flavour(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def log(tmp_path: Any) -> EffectLog:
     return EffectLog(str(tmp_path / "effects.log"))
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    """A run's config on ``thread``."""
-    return {"configurable": {"thread_id": thread}}

@@ -22,9 +22,9 @@ from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_durable.effects import current_effect, idempotent
-from tests.effects.conftest import cfg
 from tests.effects.graphs import EffectLog
 from tests.effects.runner import Runner
+from tests.helpers import cfg
 from tests.redaction_helpers import SaverSpec
 
 

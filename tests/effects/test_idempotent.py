@@ -34,7 +34,6 @@ from langgraph_durable.errors import (
     EffectConflictError,
     InvalidInputError,
 )
-from tests.effects.conftest import cfg
 from tests.effects.graphs import (
     EffectLog,
     Effects,
@@ -45,6 +44,7 @@ from tests.effects.graphs import (
     line_expected,
 )
 from tests.effects.runner import Runner
+from tests.helpers import cfg
 from tests.redaction_helpers import SaverSpec
 
 

@@ -46,9 +46,9 @@ from langgraph_durable.errors import DecryptionError, DurableError
 from langgraph_durable.protect import IdentityPipeline, RedactionPipeline
 from langgraph_durable.redis._ops import KeyLayout
 from tests.dynamodb.helpers import make_client, raw_items, table_dump
-from tests.effects.conftest import cfg
 from tests.effects.runner import Runner
 from tests.encryption_helpers import canary_forms, flip_bit, local_encryption
+from tests.helpers import cfg
 from tests.postgres.test_encryption import dump_schema
 from tests.redaction_helpers import MODES, SaverSpec
 from tests.redis.test_encryption import dump_prefix

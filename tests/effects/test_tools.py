@@ -15,9 +15,9 @@ from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.types import Command
 
 from langgraph_durable.effects import IdempotentToolNode, current_effect, idempotent
-from tests.effects.conftest import cfg
 from tests.effects.graphs import ChatState, EffectLog
 from tests.effects.runner import Runner
+from tests.helpers import cfg
 from tests.redaction_helpers import SaverSpec, _langchain_path
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from langgraph_durable import Retention
 from tests.effects.conftest import BACKENDS, make_spec
-from tests.helpers import cfg, put_chain
+from tests.helpers import cfg, cli_target, put_chain
 from tests.redaction_helpers import SaverSpec, open_saver
 from tests.retention.worker import POLICIES
 
@@ -148,22 +148,13 @@ def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 def _cli(spec: SaverSpec, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "langgraph_durable.cli", "prune", *_target(spec), *flags],
+        [sys.executable, "-m", "langgraph_durable.cli", "prune", *cli_target(spec), *flags],
         cwd=REPO_ROOT,
         env=_env(),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
     )
-
-
-def _target(spec: SaverSpec) -> list[str]:
-    args = ["--url", spec.conn]
-    if spec.backend == "postgres":
-        args += ["--schema", spec.kwargs["schema"]]
-    elif spec.backend == "redis":
-        args += ["--prefix", spec.kwargs["prefix"]]
-    return args
 
 
 def test_a_killed_pruner_rerun_ends_like_an_uninterrupted_run(spec: SaverSpec) -> None:
