@@ -10,8 +10,8 @@ wrappers only carry the requests out (``_wrap``).
 
 from __future__ import annotations
 
-import importlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -207,7 +207,9 @@ def rebuild_error(record: Any) -> BaseException:
     message = str(record.get("message", ""))
     module, _, qualname = type_name.rpartition(".")
     try:
-        target: Any = importlib.import_module(module)
+        # Only a module this process has already imported: a stored record never makes
+        # the reader import anything (a planted type name would run that module's code).
+        target: Any = sys.modules[module]
         for part in qualname.split("."):
             target = getattr(target, part)
         if isinstance(target, type) and issubclass(target, Exception):
