@@ -701,7 +701,8 @@ def thread_key(
         require_ns: Whether ``checkpoint_ns`` must be present (writes need it).
 
     Raises:
-        InvalidInputError: The config has no ``configurable.thread_id``.
+        InvalidInputError: The config has no ``configurable.thread_id``, or an id that
+            is not valid Unicode text (a lone surrogate), which no backend can store.
     """
     configurable = (config or {}).get("configurable") or {}
     thread = configurable.get("thread_id")
@@ -715,4 +716,16 @@ def thread_key(
         ns = ""
     if require_ns and "checkpoint_ns" not in configurable:
         ns = ""
-    return ThreadKey(tenant or default_tenant, str(thread), str(ns), tenant is not None)
+    key = ThreadKey(tenant or default_tenant, str(thread), str(ns), tenant is not None)
+    checkpoint_id = configurable.get("checkpoint_id")
+    for what, text in (
+        ("thread_id", key.thread),
+        ("checkpoint_ns", key.ns),
+        ("tenant", key.tenant),
+        ("checkpoint_id", checkpoint_id if isinstance(checkpoint_id, str) else ""),
+    ):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(f"{what} is not valid Unicode text: {text!r}") from exc
+    return key

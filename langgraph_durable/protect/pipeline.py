@@ -9,7 +9,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.codec import RecordPipeline, json_safe_metadata
 from .._core.records import RecordIdentity, Sealed
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, InvalidInputError
 
 __all__ = ["RecordPipeline", "IdentityPipeline"]
 
@@ -60,7 +60,16 @@ class IdentityPipeline:
         return None
 
     def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
-        return self.serde.dumps_typed(value)
+        try:
+            return self.serde.dumps_typed(value)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            # The serializer's own errors (an int past 64 bits, nesting past its limit,
+            # a type it does not know) become ours, naming the record; nothing is stored.
+            where = f"channel {identity.channel!r}" if identity.channel else identity.kind
+            raise InvalidInputError(
+                f"cannot store the {where} value of thread {identity.thread!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def effect_id(self, tenant: str, material: bytes) -> str:
         return hashlib.sha256(material).hexdigest()[:40]
