@@ -1,8 +1,8 @@
 """Rewrite every string inside a value, keeping the value's types.
 
 Used by redaction: it walks what a graph stores (LangChain messages, dicts,
-lists, tuples, dataclasses, pydantic models, LangGraph ``Send`` and
-``Interrupt``) and returns a copy in which each string went through a
+lists, tuples, sets, bytes that are UTF-8 text, dataclasses, pydantic models,
+LangGraph ``Send`` and ``Interrupt``) and returns a copy in which each string went through a
 function. Objects in which nothing changed are returned as they are (no copy),
 and the input is never mutated, so the running graph keeps its own objects.
 
@@ -19,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from ..errors import InvalidInputError
+
 _Send: Any
 try:  # langgraph itself is optional (langgraph-checkpoint is what the savers need)
     from langgraph.types import Send as _Send
@@ -29,11 +31,14 @@ __all__ = ["StringRewriter", "BoundedCache"]
 
 # Keys and fields that hold identifiers or bookkeeping, never user text.
 _ID_FIELDS = frozenset({"id", "tool_call_id", "type"})
-_MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id", "name", "response_metadata"})
+# A message's ``name`` (who spoke: a person's name, an agent's) is text like any other.
+_MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id", "response_metadata"})
 _MESSAGE_SKIP |= {"usage_metadata", "lc_attributes", "example"}
 _TOOL_CALL_TEXT = ("args",)
 _TOOL_CALL_FIELDS = frozenset({"tool_calls", "invalid_tool_calls", "tool_call_chunks"})
-_MAX_DEPTH = 64
+#: Containers nested deeper than this are refused, never stored unwalked (the serializer
+#: refuses values not much deeper anyway).
+_MAX_DEPTH = 200
 _PLANS: dict[type, tuple[str, ...] | None] = {}
 
 
@@ -108,8 +113,15 @@ class StringRewriter:
     def _walk(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
             return self.rewrite(value)
-        if value is None or isinstance(value, (bool, int, float, bytes)) or depth > _MAX_DEPTH:
+        if value is None or isinstance(value, (bool, int, float)):
             return value
+        if isinstance(value, bytes):
+            return self._bytes(value)
+        if depth > _MAX_DEPTH:
+            raise InvalidInputError(
+                f"a value nested deeper than {_MAX_DEPTH} levels cannot be redacted; "
+                "it is not stored"
+            )
         if isinstance(value, dict):
             return self._dict(value, depth, _ID_FIELDS)
         if isinstance(value, list):
@@ -119,6 +131,10 @@ class StringRewriter:
                 items = self._seq(list(value), depth, list)
                 return value if items is value else type(value)(*items)
             return self._seq(value, depth, type(value) if type(value) is tuple else None)
+        if isinstance(value, (set, frozenset)):
+            items = list(value)
+            new = self._seq(items, depth, list)
+            return value if new is items else type(value)(new)
         message = self._message(value, depth)
         if message is not None:
             return message
@@ -130,6 +146,15 @@ class StringRewriter:
         if send is not None:
             return send
         return value
+
+    def _bytes(self, value: bytes) -> bytes:
+        """Bytes that are UTF-8 text are text: rewritten, and encoded again if changed."""
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+        new = self.rewrite(text)
+        return value if new == text else new.encode("utf-8")
 
     def _dict(self, value: dict[Any, Any], depth: int, skip: frozenset[str]) -> dict[Any, Any]:
         out: dict[Any, Any] | None = None
