@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import IntegrityError
 from .chain import TAG_SIZE, ChainBlock, ChainKey, split_block
-from .codec import CheckpointCodec, StoredCheckpoint, ThreadKey, delta_identity
+from .codec import CheckpointCodec, StoredCheckpoint, ThreadKey, delta_identity, write_identity
 from .delta import ListMemo
 from .records import BlobDelta, RecordIdentity, RecordKind, Sealed
 
@@ -110,12 +110,11 @@ class AuditCodec(CheckpointCodec):
             refs.append((channel, version))
             self._check_blob(key, stored, channel, version, sealed, tag_of, problems)
         writes: set[tuple[str, int]] = set()
-        for task_id, _path, idx, channel, sealed in stored.writes:
+        wkey = ThreadKey(tenant, thread, ns, False)
+        for task_id, path, idx, channel, sealed in stored.writes:
             writes.add((task_id, idx))
             tag_of(
-                RecordIdentity(
-                    tenant, thread, ns, RecordKind.WRITE, cid, task_id, str(idx), channel
-                ),
+                write_identity(wkey, cid, task_id, idx, channel, path),
                 sealed,
                 f"pending write ({task_id}, {idx})",
             )

@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 _INLINE_TYPES = (str, int, float, bool)
+#: The key of a stored body that holds the authenticated copy of its clear references:
+#: {"b": channels whose value is stored beside the body, "p": the parent checkpoint id}.
+BIND_KEY = "lgd_refs"
 # Checkpoint format versions before 4 kept pending sends as writes of the parent.
 _SENDS_IN_CHANNELS_SINCE = 4
 
@@ -90,6 +93,10 @@ class RecordPipeline(Protocol):
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
         """``seal`` of a value already serialized by ``serialize``."""
+        ...
+
+    def tampered(self, why: str) -> Exception:
+        """The error for a record whose clear fields disagree with its authenticated copy."""
         ...
 
     def effect_id(self, tenant: str, material: bytes) -> str:
@@ -288,6 +295,9 @@ class CheckpointCodec:
         body["channel_values"] = inline
         versions = checkpoint.get("channel_versions") or {}
         blob_refs = [(ch, str(versions[ch])) for ch in blob_values if ch in versions]
+        # The authenticated copy of what the clear columns beside the body say: which
+        # channels hold a stored value (their versions are the body's) and the parent.
+        body[BIND_KEY] = {"b": [ch for ch, _ in blob_refs], "p": parent_id}
         blobs: list[BlobRecord] = []
         tracked: list[tuple[str, Any]] = []
         scope = (key.tenant, key.thread, key.ns)
@@ -434,16 +444,7 @@ class CheckpointCodec:
                     idx=index,
                     channel=channel,
                     sealed=self.pipeline.seal(
-                        RecordIdentity(
-                            key.tenant,
-                            key.thread,
-                            key.ns,
-                            RecordKind.WRITE,
-                            checkpoint_id,
-                            task_id,
-                            str(index),
-                            channel,
-                        ),
+                        write_identity(key, checkpoint_id, task_id, index, channel, task_path),
                         value,
                     ),
                 )
@@ -483,18 +484,26 @@ class CheckpointCodec:
                 f"checkpoint {stored.checkpoint_id} of thread {thread!r} has no channel values"
             )
         values = dict(body["channel_values"])
+        bind = body.pop(BIND_KEY, None)
+        held = self._check_refs(pkey, stored, body, bind) if bind is not None else None
         for channel, version, sealed in stored.blobs:
             if isinstance(sealed, BlobDelta):
                 items = self._list_items(pkey, stored, channel, version, sealed, memo)
                 values[channel] = list(items)
                 continue
             if sealed is None or sealed.type == "empty":
+                if held is not None and channel in held:
+                    raise self._tampered(pkey, stored, f"the value of channel {channel!r} is gone")
                 values.pop(channel, None)
                 continue
-            values[channel] = self.pipeline.open(
+            value = self.pipeline.open(
                 RecordIdentity(tenant, thread, ns, RecordKind.BLOB, "", channel, version, channel),
                 sealed,
             )
+            if value is None:  # an empty value, sealed like any other (redaction's drop)
+                values.pop(channel, None)
+            else:
+                values[channel] = value
         body["channel_values"] = values
         if int(body.get("v", 1)) < _SENDS_IN_CHANNELS_SINCE and stored.parent_checkpoint_id:
             self._migrate_pending_sends(pkey, stored, body)
@@ -509,16 +518,7 @@ class CheckpointCodec:
                 task_id,
                 channel,
                 self.pipeline.open(
-                    RecordIdentity(
-                        tenant,
-                        thread,
-                        ns,
-                        RecordKind.WRITE,
-                        stored.checkpoint_id,
-                        task_id,
-                        str(idx),
-                        channel,
-                    ),
+                    write_identity(pkey, stored.checkpoint_id, task_id, idx, channel, path),
                     sealed,
                 ),
                 path,
@@ -537,6 +537,58 @@ class CheckpointCodec:
             ),
             pending_writes=pending,
         )
+
+    def _check_refs(
+        self, key: ThreadKey, stored: StoredCheckpoint, body: dict[str, Any], bind: Any
+    ) -> frozenset[str] | None:
+        """Check the clear references beside a body against the body's own copy.
+
+        The body (authenticated when the pipeline binds identity) names the channels
+        that hold a stored value and the parent; their versions are the body's
+        ``channel_versions``. A reference rolled back, dropped or added, a value
+        deleted or blanked, or a parent relinked raises the pipeline's error. Returns
+        the channels whose value must be present (None when nothing is checked: a
+        pipeline that authenticates nothing, where a missing value reads as empty).
+        """
+        if not self.pipeline.binds_identity:
+            return None
+        try:
+            held = frozenset(bind["b"])
+            parent = bind["p"]
+        except (TypeError, KeyError) as exc:
+            raise self._tampered(key, stored, "its reference block is malformed") from exc
+        if parent != stored.parent_checkpoint_id:
+            raise self._tampered(
+                key, stored, f"its parent pointer says {stored.parent_checkpoint_id!r}, "
+                f"its body says {parent!r}"
+            )  # fmt: skip
+        versions = body.get("channel_versions") or {}
+        seen: set[str] = set()
+        for channel, version, _sealed in stored.blobs:
+            if channel not in held:
+                raise self._tampered(
+                    key, stored, f"it references a value of channel {channel!r} its body "
+                    "does not hold"
+                )  # fmt: skip
+            if channel in seen or version != str(versions.get(channel)):
+                raise self._tampered(
+                    key, stored, f"channel {channel!r} is referenced at version {version}, "
+                    f"its body has {versions.get(channel)}"
+                )  # fmt: skip
+            seen.add(channel)
+        missing = held - seen
+        if missing:
+            raise self._tampered(
+                key, stored, f"the values of channels {sorted(missing)} are not referenced"
+            )
+        return held
+
+    def _tampered(self, key: ThreadKey, stored: StoredCheckpoint, why: str) -> Exception:
+        where = (
+            f"checkpoint {stored.checkpoint_id} of thread {stored.thread!r} (tenant "
+            f"{key.tenant!r}, namespace {stored.ns!r})"
+        )
+        return self.pipeline.tampered(f"{where} disagrees with what its body says: {why}")
 
     def _list_items(
         self,
@@ -562,7 +614,7 @@ class CheckpointCodec:
             if not isinstance(payload, BlobDelta):
                 value = self._open_blob(key, stored, channel, ver, payload)
                 if not isinstance(value, list):
-                    raise CorruptRecordError(
+                    raise self.pipeline.tampered(
                         f"channel {channel!r} version {ver} of thread {thread!r} is the base "
                         f"of a delta but holds a {type(value).__name__}, not a list"
                     )
@@ -570,26 +622,26 @@ class CheckpointCodec:
                 break
             todo.append((ver, payload))
             if len(todo) > len(stored.bases) + 1:
-                raise CorruptRecordError(
+                raise self.pipeline.tampered(
                     f"channel {channel!r} version {ver} of thread {thread!r} has a looping "
                     "delta chain"
                 )
             ver = payload.base
             if (channel, ver) not in stored.bases:
-                raise CorruptRecordError(
+                raise self.pipeline.tampered(
                     f"channel {channel!r} of thread {thread!r}: version {ver}, the base of "
                     f"a delta, is missing"
                 )
             payload = stored.bases[(channel, ver)]
         for ver, step in reversed(todo):
             if len(items) != step.prefix:
-                raise CorruptRecordError(
+                raise self.pipeline.tampered(
                     f"channel {channel!r} version {ver} of thread {thread!r} extends "
                     f"{step.prefix} items but its base has {len(items)}"
                 )
             tail = self._open_blob(key, stored, channel, ver, step.tail, step)
             if not isinstance(tail, list):
-                raise CorruptRecordError(
+                raise self.pipeline.tampered(
                     f"channel {channel!r} version {ver} of thread {thread!r}: a delta's "
                     "items are not a list"
                 )
@@ -623,20 +675,8 @@ class CheckpointCodec:
             return
         parent = stored.parent_checkpoint_id or ""
         body["channel_values"][TASKS] = [
-            self.pipeline.open(
-                RecordIdentity(
-                    key.tenant,
-                    key.thread,
-                    key.ns,
-                    RecordKind.WRITE,
-                    parent,
-                    task_id,
-                    str(idx),
-                    TASKS,
-                ),
-                sealed,
-            )
-            for task_id, _path, idx, sealed in sends
+            self.pipeline.open(write_identity(key, parent, task_id, idx, TASKS, path), sealed)
+            for task_id, path, idx, sealed in sends
         ]
         versions = body.setdefault("channel_versions", {})
         versions[TASKS] = max(versions.values()) if versions else "1"
@@ -660,6 +700,23 @@ class CheckpointCodec:
     @staticmethod
     def _metadata_identity(key: ThreadKey, checkpoint_id: str) -> RecordIdentity:
         return RecordIdentity(key.tenant, key.thread, key.ns, RecordKind.METADATA, checkpoint_id)
+
+
+def write_identity(
+    key: ThreadKey, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str
+) -> RecordIdentity:
+    """The identity a pending write is sealed under: its channel and task path are bound."""
+    return RecordIdentity(
+        key.tenant,
+        key.thread,
+        key.ns,
+        RecordKind.WRITE,
+        checkpoint_id,
+        task_id,
+        str(idx),
+        channel,
+        task_path,
+    )
 
 
 def delta_identity(identity: RecordIdentity, base: str, prefix: int) -> RecordIdentity:

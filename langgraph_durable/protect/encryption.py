@@ -2,14 +2,16 @@
 
 Stored format of an encrypted payload (``Sealed.type == "lgd-enc"``)::
 
-    header = b"LGD" | format (1 byte, 1) | data-key version (4 bytes, big endian)
+    header = b"LGD" | format (1 byte, 2; 1 is read) | data-key version (4 bytes, big endian)
              | key id length (1 byte) | key id (UTF-8)
     data   = header | nonce (12 bytes) | AES-256-GCM(serializer type tag + bytes)
 
 The key is the thread's subkey (HKDF of the tenant's data key, see
 ``langgraph_durable.protect.keys``). The associated data is the header plus
 the record identity (tenant, thread, namespace, kind, checkpoint id,
-channel or task, version), so a ciphertext moved or copied to any other record
+channel or task, version, channel, and the clear fields stored beside the
+payload: a delta's base and length, a write's task path), so a ciphertext
+moved or copied to any other record, or a clear field edited beside it,
 fails authentication. Authentication happens before deserialization. The key
 id names the keyring key that wrapped the data key when the record was
 written (``rotate-keys`` rewraps data keys later without touching records).
@@ -50,7 +52,8 @@ logger = logging.getLogger("langgraph_durable.protect")
 
 ENCRYPTED_TYPE = "lgd-enc"
 _MAGIC = b"LGD"
-_FORMAT = 1
+_FORMAT = 2
+_FORMATS = (1, 2)
 _NONCE = 12
 _TAG = 16
 # Metadata keys LangGraph itself writes for its own bookkeeping (never user
@@ -156,17 +159,24 @@ def _scope_aad(tenant: str, thread: str, ns: str) -> bytes:
     return b"lgd-record/1" + _lp(tenant) + _lp(thread) + _lp(ns)
 
 
-def identity_aad(identity: RecordIdentity) -> bytes:
-    """The record identity as associated data (length-prefixed fields)."""
-    return b"".join(
-        (
-            _scope_aad(identity.tenant, identity.thread, identity.ns),
-            _lp(identity.kind),
-            _lp(identity.checkpoint_id),
-            _lp(identity.key),
-            _lp(identity.version),
-        )
-    )
+def identity_aad(identity: RecordIdentity, format: int = _FORMAT) -> bytes:
+    """The record identity as associated data (length-prefixed fields).
+
+    Format 2 binds every field of the identity, the channel and the clear fields
+    stored beside the payload (``extra``: a delta's base and length, a write's task
+    path) included; format 1 (records written before) bound the first seven.
+    """
+    parts = [
+        _scope_aad(identity.tenant, identity.thread, identity.ns),
+        _lp(identity.kind),
+        _lp(identity.checkpoint_id),
+        _lp(identity.key),
+        _lp(identity.version),
+    ]
+    if format >= 2:
+        parts.append(_lp(identity.channel))
+        parts.append(_lp(identity.extra))
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -227,8 +237,9 @@ class EncryptionPipeline(IdentityPipeline):
             )
         data = sealed.data
         try:
-            if data[:3] != _MAGIC or data[3] != _FORMAT:
+            if data[:3] != _MAGIC or data[3] not in _FORMATS:
                 raise ValueError("bad header")
+            format = data[3]
             version = int.from_bytes(data[4:8], "big")
             end = 9 + data[8]
             if len(data) < end + _NONCE + _TAG:
@@ -240,7 +251,7 @@ class EncryptionPipeline(IdentityPipeline):
             plain = aead.decrypt(
                 data[end : end + _NONCE],
                 data[end + _NONCE :],
-                data[:end] + identity_aad(identity),
+                data[:end] + identity_aad(identity, format),
             )
         except InvalidTag as exc:
             raise self._failed(
@@ -248,6 +259,9 @@ class EncryptionPipeline(IdentityPipeline):
             ) from exc
         n = plain[0]
         return super().open(identity, Sealed(plain[1 : 1 + n].decode(), plain[1 + n :]))
+
+    def tampered(self, why: str) -> Exception:
+        return DecryptionError(why)
 
     @staticmethod
     def _failed(identity: RecordIdentity, why: str) -> DecryptionError:

@@ -16,7 +16,7 @@ from typing import Any
 from .._core.chain import TAG_SIZE, ChainKey, chain_key
 from .._core.codec import RecordPipeline
 from .._core.records import RecordIdentity, Sealed
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, IntegrityError
 
 __all__ = ["IntegrityPipeline", "INTEGRITY_KEY_ENV", "integrity_from_env", "resolve_integrity"]
 
@@ -106,6 +106,9 @@ class IntegrityPipeline:
     ) -> None:
         inner = Sealed(sealed.type, sealed.data[:-TAG_SIZE])
         self.base.check_metadata(identity, metadata, stored_index, inner)
+
+    def tampered(self, why: str) -> Exception:
+        return IntegrityError(why)
 
     def effect_id(self, tenant: str, material: bytes) -> str:
         return self.base.effect_id(tenant, material)  # type: ignore[no-any-return]

@@ -71,6 +71,9 @@ class IdentityPipeline:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
+    def tampered(self, why: str) -> Exception:
+        return CorruptRecordError(why)
+
     def effect_id(self, tenant: str, material: bytes) -> str:
         return hashlib.sha256(material).hexdigest()[:40]
 

@@ -412,6 +412,9 @@ class RedactionPipeline:
     def effect_id(self, tenant: str, material: bytes) -> str:
         return self.base.effect_id(tenant, material)
 
+    def tampered(self, why: str) -> Exception:
+        return self.base.tampered(why)
+
     def split_filter(
         self, tenant: str, filter: dict[str, Any] | None
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -98,12 +98,36 @@ def test_round_trip_and_nothing_in_clear() -> None:
     value = {"text": "secret value", "n": [1, 2, 3]}
     sealed = pipeline.seal(IDENTITY, value)
     assert sealed.type == "lgd-enc" and b"secret" not in sealed.data
-    assert sealed.data[:3] == b"LGD" and sealed.data[3] == 1
+    assert sealed.data[:3] == b"LGD" and sealed.data[3] == 2
     assert pipeline.open(IDENTITY, sealed) == value
 
 
+def test_format_1_records_still_open_and_cannot_pose_as_format_2() -> None:
+    """Records sealed before the channel and extra fields were bound still read back;
+    rewriting a format-2 header's format byte to 1 fails authentication (it is bound)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from langgraph_durable.protect import encryption as enc_mod
+
+    pipeline, _, _ = make_pipeline()
+    version, key_id, aead = pipeline.cache.sealer("t", "thread")
+    header = b"LGD" + bytes((1,)) + version.to_bytes(4, "big") + bytes((len(key_id),))
+    header += key_id.encode()
+    type_, data = JsonPlusSerializer().dumps_typed("old format")
+    nonce = os.urandom(12)
+    inner = bytes((len(type_),)) + type_.encode() + data
+    body = aead.encrypt(nonce, inner, header + enc_mod.identity_aad(IDENTITY, 1))
+    assert isinstance(aead, AESGCM)
+    assert pipeline.open(IDENTITY, Sealed("lgd-enc", header + nonce + body)) == "old format"
+    sealed = pipeline.seal(IDENTITY, "new format")
+    downgraded = sealed.data[:3] + bytes((1,)) + sealed.data[4:]
+    with pytest.raises(DecryptionError, match="failed authentication"):
+        pipeline.open(IDENTITY, Sealed(sealed.type, downgraded))
+
+
 @pytest.mark.parametrize(
-    "field", ["tenant", "thread", "ns", "kind", "checkpoint_id", "key", "version"]
+    "field",
+    ["tenant", "thread", "ns", "kind", "checkpoint_id", "key", "version", "channel", "extra"],
 )
 def test_every_part_of_the_identity_is_bound(field: str) -> None:
     pipeline, keys, store = make_pipeline()
