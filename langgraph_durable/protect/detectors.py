@@ -112,6 +112,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -1082,6 +1083,9 @@ _OWN_TYPES = frozenset(
 def find_spans(text: str, detectors: Sequence[Detector]) -> list[Span]:
     """Every finding of ``detectors`` in ``text``, sorted, without overlaps.
 
+    Detection runs on the text's NFKC form, so full-width and other compatibility
+    forms (``ann＠example.com``, ``４１１１ １１１１ ...``) are found like their ASCII
+    twins; the spans returned are of ``text`` itself (see :func:`_find_folded`).
     Overlaps are resolved left to right: the earliest-starting span is kept
     (of those starting together, the longest; of equal ones, the one of the
     detector listed first) and every span overlapping a kept one is dropped.
@@ -1100,6 +1104,65 @@ def find_spans(text: str, detectors: Sequence[Detector]) -> list[Span]:
     """
     if not text:
         return []
+    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+        return _find_folded(text, detectors)
+    return _find(text, detectors)
+
+
+def _fold(text: str) -> tuple[str, list[int], list[int]] | None:
+    """``text`` in NFKC form, with each of its characters' span in ``text``.
+
+    Each cluster (a character and the combining marks after it) is normalized
+    on its own, so every character of the result comes from one cluster;
+    None when that differs from normalizing the whole text (a rare
+    composition across clusters, such as Hangul jamo).
+    """
+    parts: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    normalize = unicodedata.normalize
+    combining = unicodedata.combining
+    begin = 0
+    size = len(text)
+    while begin < size:
+        end = begin + 1
+        while end < size and combining(text[end]):
+            end += 1
+        piece = normalize("NFKC", text[begin:end])
+        parts.append(piece)
+        starts.extend([begin] * len(piece))
+        ends.extend([end] * len(piece))
+        begin = end
+    folded = "".join(parts)
+    return (folded, starts, ends) if folded == normalize("NFKC", text) else None
+
+
+def _find_folded(text: str, detectors: Sequence[Detector]) -> list[Span]:
+    """Spans of ``text`` found on its NFKC form.
+
+    A finding covers every original character any of its characters came from
+    (a character that folds into several, such as ``㎖``, is masked whole if
+    part of it is in a finding), and findings that then overlap are merged.
+    When the NFKC form cannot be mapped back (:func:`_fold` gives None), a
+    finding masks the whole text.
+    """
+    folded = _fold(text)
+    if folded is None:
+        found = _find(unicodedata.normalize("NFKC", text), detectors)
+        return [Span(0, len(text), found[0].detector)] if found else []
+    form, starts, ends = folded
+    merged: list[Span] = []
+    for span in _find(form, detectors):
+        start, end = starts[span.start], ends[span.end - 1]
+        if merged and start < merged[-1].end:
+            last = merged[-1]
+            merged[-1] = Span(last.start, max(last.end, end), last.detector)
+        else:
+            merged.append(Span(start, end, span.detector))
+    return merged
+
+
+def _find(text: str, detectors: Sequence[Detector]) -> list[Span]:
     found: list[Span] = []
     cache: dict[Any, Any] = {}
     for detector in detectors:

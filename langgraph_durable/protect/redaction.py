@@ -14,8 +14,9 @@ matches the record's channel (metadata is the channel ``"__metadata__"``):
   record's vault, encrypted with a key derived from ``Redaction(key=...)``,
   and reads restore it when ``restore=True``; the vault lives in the thread's
   records, so it is deleted with the thread;
-- ``drop``: the channel's value is not stored (a pending write to it is stored
-  with the value ``None``);
+- ``drop``: the channel's value is not stored: ``None`` is stored in its place,
+  sealed like any value (a blob of it reads back as an absent channel, a pending
+  write keeps the value ``None``);
 - ``keep``: stored as it is.
 
 Only the stored copy changes: the running graph keeps its own objects.
@@ -323,9 +324,10 @@ class RedactionPipeline:
         return self.seal_serialized(identity, self.serialize(identity, value))
 
     def seal_serialized(self, identity: RecordIdentity, serialized: tuple[str, bytes]) -> Sealed:
-        if getattr(serialized, "dropped", False) and identity.kind == RecordKind.BLOB:
-            return Sealed("empty", b"")  # read back as an empty channel
-        # a dropped write is stored as None (serialized above), so its task is not re-run
+        # A dropped value was serialized as None above and is sealed and tagged like any
+        # other value (never an unsealed "empty" marker, which a writer of the storage
+        # could forge): a channel's blob that opens to None reads back as an absent
+        # channel, and a dropped write keeps the value None, so its task is not re-run.
         inner = self.base.seal_serialized(identity, (serialized[0], serialized[1]))
         vault = getattr(serialized, "vault", None)
         if not vault:
@@ -414,6 +416,9 @@ class RedactionPipeline:
 
     def tampered(self, why: str) -> Exception:
         return self.base.tampered(why)
+
+    def index_settings(self) -> dict[str, Any] | None:
+        return self.base.index_settings()
 
     def split_filter(
         self, tenant: str, filter: dict[str, Any] | None

@@ -1,41 +1,68 @@
 """Rewrite every string inside a value, keeping the value's types.
 
-Used by redaction: it walks what a graph stores (LangChain messages, dicts,
-lists, tuples, sets, bytes that are UTF-8 text, dataclasses, pydantic models,
-LangGraph ``Send`` and ``Interrupt``) and returns a copy in which each string went through a
-function. Objects in which nothing changed are returned as they are (no copy),
-and the input is never mutated, so the running graph keeps its own objects.
+Used by redaction: it walks what a graph stores (LangChain messages, dicts with
+their keys, lists, tuples, sets, deques, bytes that are UTF-8 text, dataclasses,
+pydantic models, exceptions, LangGraph ``Send`` and ``Interrupt``) and returns a
+copy in which each string went through a function. Objects in which nothing
+changed are returned as they are (no copy), and the input is never mutated, so
+the running graph keeps its own objects.
 
-Identifiers are left alone, since rewriting them would break an agent: message
-and tool-call ids, ``tool_call_id``, a tool call's ``name`` and ``type``, and
-a message's ``response_metadata`` / ``usage_metadata`` (model bookkeeping).
+Only identifiers an agent needs unchanged are left alone: a LangChain message's
+``id`` and ``type``, a ``ToolMessage``'s ``tool_call_id``, the ``id`` of a tool
+call (in ``tool_calls``, ``invalid_tool_calls``, ``tool_call_chunks``,
+``additional_kwargs["tool_calls"]`` and content blocks) and an ``Interrupt``'s
+``id`` (LangGraph's hash, which a resume names). Everything else is walked: every
+dict key and value (an ``id`` or ``type`` key of any other dict included), every
+field of a dataclass or pydantic model, a message's ``name`` and metadata.
+
+An exception (LangGraph stores a failed task's exception as a pending write) is
+rebuilt with its arguments and attributes rewritten, and kept only if its
+``repr()`` and ``str()``, what serializers store of it, then hold nothing the
+rewrite changes; otherwise it becomes the rewritten ``repr()`` text, which is
+what LangGraph's serializer stores of an exception anyway (a read gives a string
+either way).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import ipaddress
+import pathlib
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..errors import InvalidInputError
 
 _Send: Any
+_Interrupt: Any
 try:  # langgraph itself is optional (langgraph-checkpoint is what the savers need)
+    from langgraph.types import Interrupt as _Interrupt
     from langgraph.types import Send as _Send
 except ImportError:  # pragma: no cover - depends on what is installed
-    _Send = None
+    _Send = _Interrupt = None
 
 __all__ = ["StringRewriter", "BoundedCache"]
 
-# Keys and fields that hold identifiers or bookkeeping, never user text.
-_ID_FIELDS = frozenset({"id", "tool_call_id", "type"})
-# A message's ``name`` (who spoke: a person's name, an agent's) is text like any other.
-_MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id", "response_metadata"})
-_MESSAGE_SKIP |= {"usage_metadata", "lc_attributes", "example"}
-_TOOL_CALL_TEXT = ("args",)
-_TOOL_CALL_FIELDS = frozenset({"tool_calls", "invalid_tool_calls", "tool_call_chunks"})
+_NO_SKIP: frozenset[str] = frozenset()
+#: A message's own identifiers (its ``name``, metadata and everything else is text).
+_MESSAGE_SKIP = frozenset({"id", "type", "tool_call_id"})
+#: In a tool call (or a content block): its id, which a ``ToolMessage`` answers, and
+#: LangChain's type literal (``"tool_call"``, ``"text"``).
+_CALL_SKIP = frozenset({"id", "type"})
+_CALL_LISTS = frozenset({"tool_calls", "invalid_tool_calls", "tool_call_chunks", "content"})
+#: LangGraph's interrupt id (a hash of the task's path), named by ``Command(resume=...)``.
+_INTERRUPT_SKIP = frozenset({"id"})
+_IP_TYPES: tuple[type, ...] = (
+    ipaddress.IPv4Address,
+    ipaddress.IPv6Address,
+    ipaddress.IPv4Interface,
+    ipaddress.IPv6Interface,
+    ipaddress.IPv4Network,
+    ipaddress.IPv6Network,
+)
 #: Containers nested deeper than this are refused, never stored unwalked (the serializer
 #: refuses values not much deeper anyway).
 _MAX_DEPTH = 200
@@ -88,6 +115,32 @@ def _pydantic_fields(value: Any) -> Any:
     return fields if isinstance(fields, dict) else None
 
 
+def _extra(value: Any) -> dict[str, Any]:
+    """A pydantic model's extra fields (``extra="allow"``), which the serializer stores."""
+    try:
+        extra = value.__pydantic_extra__
+    except AttributeError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def _unique_key(key: Any, taken: dict[Any, Any]) -> Any:
+    """``key``, or when an earlier key already became it, ``key#2``, ``key#3``..."""
+    if key not in taken:
+        return key
+    if not isinstance(key, (str, bytes)):
+        raise InvalidInputError(
+            f"two keys of a dict are the same once redacted ({type(key).__name__}); "
+            "the value is not stored"
+        )
+    n = 2
+    while True:
+        candidate = f"{key}#{n}" if isinstance(key, str) else key + b"#%d" % n
+        if candidate not in taken:
+            return candidate
+        n += 1
+
+
 class StringRewriter:
     """Applies ``rewrite(text) -> text`` to every string inside a value.
 
@@ -110,9 +163,13 @@ class StringRewriter:
     def __call__(self, value: Any) -> Any:
         return self._walk(value, 0)
 
+    def _text(self, value: str) -> str:
+        new = self.rewrite(value)
+        return value if new is value or new == value else new
+
     def _walk(self, value: Any, depth: int) -> Any:
         if isinstance(value, str):
-            return self.rewrite(value)
+            return self._text(value)
         if value is None or isinstance(value, (bool, int, float)):
             return value
         if isinstance(value, bytes):
@@ -123,7 +180,7 @@ class StringRewriter:
                 "it is not stored"
             )
         if isinstance(value, dict):
-            return self._dict(value, depth, _ID_FIELDS)
+            return self._dict(value, depth, _NO_SKIP)
         if isinstance(value, list):
             return self._seq(value, depth, list)
         if isinstance(value, tuple):
@@ -135,16 +192,41 @@ class StringRewriter:
             items = list(value)
             new = self._seq(items, depth, list)
             return value if new is items else type(value)(new)
+        if isinstance(value, deque):
+            items = list(value)
+            new = self._seq(items, depth, list)
+            return value if new is items else deque(new, maxlen=value.maxlen)
+        if isinstance(value, BaseException):
+            return self._exception(value, depth)
+        if isinstance(value, type):  # a class (a schema, an exception type): no text of ours
+            return value
         message = self._message(value, depth)
         if message is not None:
             return message
         if _pydantic_fields(value) is not None:
-            return self._model(value, depth, _ID_FIELDS)
+            return self._model(value, depth)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._dataclass(value, depth)
         send = self._send(value, depth)
         if send is not None:
             return send
+        return self._other(value)
+
+    def _other(self, value: Any) -> Any:
+        """Value types that print as their text: secrets, paths, IP addresses."""
+        if isinstance(value, pathlib.PurePath):
+            text = str(value)
+            new = self._text(text)
+            return value if new is text else type(value)(new)
+        if isinstance(value, _IP_TYPES):
+            text = str(value)
+            new = self._text(text)
+            return value if new is text else new  # an address found is no address once masked
+        secret = getattr(value, "get_secret_value", None)
+        if callable(secret):  # pydantic's SecretStr / SecretBytes
+            inner = secret()
+            new = self._walk(inner, 0)
+            return value if new is inner else type(value)(new)
         return value
 
     def _bytes(self, value: bytes) -> bytes:
@@ -153,19 +235,37 @@ class StringRewriter:
             text = value.decode("utf-8")
         except UnicodeDecodeError:
             return value
-        new = self.rewrite(text)
-        return value if new == text else new.encode("utf-8")
+        new = self._text(text)
+        return value if new is text else new.encode("utf-8")
+
+    def _key(self, key: Any, depth: int) -> Any:
+        if type(key) is str:
+            return self._text(key)
+        if key is None or isinstance(key, (bool, int, float)):
+            return key
+        return self._walk(key, depth + 1)
 
     def _dict(self, value: dict[Any, Any], depth: int, skip: frozenset[str]) -> dict[Any, Any]:
+        """Every key and value; a value under a key in ``skip`` (an id) is kept."""
         out: dict[Any, Any] | None = None
-        for key, item in value.items():
+        for i, (key, item) in enumerate(value.items()):
             if key in skip:
-                continue
-            new = self._walk(item, depth + 1)
-            if new is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = new
+                new_key, new = key, item
+            else:
+                new_key = self._key(key, depth)
+                if key in _CALL_LISTS and skip is _CALL_SKIP and isinstance(item, list):
+                    new = self._calls(item, depth + 1)  # a block's tool calls
+                else:
+                    new = self._walk(item, depth + 1)
+            if out is None:
+                if new_key is key and new is item:
+                    continue
+                out = {}
+                for j, (k, v) in enumerate(value.items()):
+                    if j == i:
+                        break
+                    out[k] = v
+            out[_unique_key(new_key, out)] = new
         if out is None:
             return value
         if type(value) is not dict:
@@ -192,19 +292,39 @@ class StringRewriter:
                 return out
         return out if kind is list else (kind or tuple)(out)
 
-    def _model(self, value: Any, depth: int, skip: frozenset[str]) -> Any:
+    def _calls(self, items: list[Any], depth: int) -> list[Any]:
+        """Tool calls or content blocks: dicts whose ``id`` is kept, everything else walked."""
+        out: list[Any] | None = None
+        for i, item in enumerate(items):
+            if isinstance(item, dict):
+                new = self._dict(item, depth + 1, _CALL_SKIP)
+            else:
+                new = self._walk(item, depth + 1)
+            if new is not item:
+                if out is None:
+                    out = list(items)
+                out[i] = new
+        return items if out is None else out
+
+    def _model(self, value: Any, depth: int) -> Any:
         changes: dict[str, Any] = {}
         for name in _pydantic_fields(value):
-            if name in skip:
-                continue
             item = getattr(value, name, None)
             new = self._walk(item, depth + 1)
             if new is not item:
                 changes[name] = new
+        self._extras(value, depth, changes)
         return value.model_copy(update=changes) if changes else value
 
+    def _extras(self, value: Any, depth: int, changes: dict[str, Any]) -> None:
+        extra = _extra(value)
+        for name, item in extra.items():
+            new = self._walk(item, depth + 1)
+            if new is not item:
+                changes[name] = new
+
     def _message(self, value: Any, depth: int) -> Any:
-        """A LangChain message: content, tool-call arguments, kwargs, artifact.
+        """A LangChain message: every field but its ids and type.
 
         With a memo, a message object seen before with the same top-level field
         objects (and sizes) gives back its earlier result without a walk:
@@ -224,6 +344,9 @@ class StringRewriter:
             fingerprint = tuple(
                 _shape(getattr(value, name, None)) for name in type(value).model_fields
             )
+            extra = _extra(value)
+            if extra:
+                fingerprint += tuple(_shape(item) for item in extra.values())
             key = (self.scope, id(value))
             hit = memo.get(key)
             if hit is not None and hit[0] is value and hit[1] == fingerprint:
@@ -234,55 +357,86 @@ class StringRewriter:
         changes: dict[str, Any] = {}
         for name in plan:
             item = getattr(value, name, None)
-            if name in _TOOL_CALL_FIELDS and isinstance(item, list):
-                new = self._tool_calls(item, depth)
+            new: Any
+            if name in _CALL_LISTS and isinstance(item, list):
+                new = self._calls(item, depth)
+            elif name == "additional_kwargs" and isinstance(item, dict):
+                new = self._dict(item, depth + 1, _CALL_SKIP)  # OpenAI-style tool_calls
             else:
                 new = self._walk(item, depth + 1)
             if new is not item:
                 changes[name] = new
+        self._extras(value, depth, changes)
         result = value.model_copy(update=changes) if changes else value
         if memo is not None:
             found = tuple(self.found[start:]) if self.found is not None else ()
             memo.put(key, (value, fingerprint, result, found))
         return result
 
-    def _tool_calls(self, calls: list[Any], depth: int) -> list[Any]:
-        out: list[Any] | None = None
-        for i, call in enumerate(calls):
-            if not isinstance(call, dict):
-                continue
-            new_call = None
-            for field in _TOOL_CALL_TEXT:
-                if field in call:
-                    new = self._walk(call[field], depth + 2)
-                    if new is not call[field]:
-                        new_call = dict(call) if new_call is None else new_call
-                        new_call[field] = new
-            if new_call is not None:
-                if out is None:
-                    out = list(calls)
-                out[i] = new_call
-        return calls if out is None else out
-
     def _dataclass(self, value: Any, depth: int) -> Any:
+        """Every field (``init=False`` ones too); the copy is made without ``__init__``."""
+        skip = _INTERRUPT_SKIP if _Interrupt is not None and type(value) is _Interrupt else ()
         changes: dict[str, Any] = {}
         for field in dataclasses.fields(value):
-            if not field.init or field.name in _ID_FIELDS:
+            if field.name in skip or not hasattr(value, field.name):
                 continue
-            item = getattr(value, field.name, None)
+            item = getattr(value, field.name)
             new = self._walk(item, depth + 1)
             if new is not item:
                 changes[field.name] = new
         if not changes:
             return value
         try:
-            return dataclasses.replace(value, **changes)
-        except Exception:  # a dataclass that cannot be rebuilt is stored as it is
-            return value
+            out = copy.copy(value)
+            for name, new in changes.items():
+                object.__setattr__(out, name, new)
+        except Exception as exc:
+            raise InvalidInputError(
+                f"a {type(value).__name__} holding text to redact cannot be copied; "
+                "it is not stored"
+            ) from exc
+        return out
+
+    def _exception(self, exc: BaseException, depth: int) -> Any:
+        """The exception with its text rewritten, or its rewritten ``repr()`` (see the module)."""
+        args = exc.args
+        new_args = self._seq(args, depth, tuple)
+        state = getattr(exc, "__dict__", None) or {}
+        new_state = self._dict(state, depth, _NO_SKIP) if state else state
+        rebuilt: BaseException | None = exc
+        if new_args is not args or new_state is not state:
+            try:
+                rebuilt = type(exc).__new__(type(exc), *new_args)
+                rebuilt.args = tuple(new_args)
+                rebuilt.__dict__.update(new_state)
+            except Exception:
+                rebuilt = None
+        if rebuilt is not None:
+            try:
+                forms = (repr(rebuilt), str(rebuilt))
+            except Exception:
+                forms = None
+            if forms is not None and all(self._text(text) is text for text in forms):
+                return rebuilt
+        try:
+            text = repr(exc)
+        except Exception as error:
+            raise InvalidInputError(
+                f"an exception of type {type(exc).__name__} cannot be shown as text to be "
+                "redacted; it is not stored"
+            ) from error
+        return self._text(text)
 
     def _send(self, value: Any, depth: int) -> Any:
         """LangGraph's ``Send(node, arg)`` (a slotted class, not a dataclass)."""
         if _Send is None or not isinstance(value, _Send):
             return None
         arg = self._walk(value.arg, depth + 1)
-        return value if arg is value.arg else _Send(value.node, arg)
+        if arg is value.arg:
+            return value
+        timeout = getattr(value, "timeout", None)
+        return (
+            _Send(value.node, arg, timeout=timeout)
+            if timeout is not None
+            else _Send(value.node, arg)
+        )

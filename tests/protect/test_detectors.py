@@ -1010,3 +1010,59 @@ def test_placeholders_are_not_detected_again() -> None:
     text = " ".join(f"{name}={placeholder(name)}" for name in BUILTIN_DETECTORS)
     text += ' "api_key": "<API_KEY>", "password": "<API_KEY>"'
     assert find_spans(text, detectors) == []
+
+
+# ---- compatibility forms: detection on the NFKC form ------------------------------------
+
+BUILTINS = tuple(BUILTIN_DETECTORS.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "detector"),
+    [
+        ("mail ann＠example.com now", "ann＠example.com", "email"),  # full-width at sign
+        ("ａｎｎ＠ｅｘａｍｐｌｅ．ｃｏｍ", "ａｎｎ＠ｅｘａｍｐｌｅ．ｃｏｍ", "email"),
+        (
+            "card ４１１１ １１１１ １１１１ １１１１.",
+            "４１１１ １１１１ １１１１ １１１１",
+            "card",
+        ),
+        ("tel ＋１ ４１５ ５５５ ０１３２", "＋１ ４１５ ５５５ ０１３２", "phone"),
+        ("𝟒𝟏𝟏𝟏 1111 1111 1111", "𝟒𝟏𝟏𝟏 1111 1111 1111", "card"),  # mathematical digits
+        ("ip ①⑨②.０.２.１０", "①⑨②.０.２.１０", "ip"),  # circled digits fold to 1, 9, 2
+        (
+            "key ＡＫＩＡＩＯＳＦＯＤＮＮ７ＥＸＡＭＰＬＥ",
+            "ＡＫＩＡＩＯＳＦＯＤＮＮ７ＥＸＡＭＰＬＥ",
+            "aws_access_key",
+        ),
+        ("é then ann.lee@example.com", "ann.lee@example.com", "email"),  # combining mark before
+    ],
+)
+def test_compatibility_forms_are_found_on_the_nfkc_form(
+    text: str, expected: str, detector: str
+) -> None:
+    (span,) = find_spans(text, BUILTINS)
+    assert (text[span.start : span.end], span.detector) == (expected, detector)
+
+
+def test_a_character_folding_into_several_is_masked_whole() -> None:
+    # the ligature "ﬁ" folds to "fi": the span maps back to whole original characters
+    text = "mail ﬁnn@example.com or ＳＳＮ １２３-４５-６７８９"
+    assert [(s.detector, text[s.start : s.end]) for s in find_spans(text, BUILTINS)] == [
+        ("email", "ﬁnn@example.com"),
+        ("ssn", "１２３-４５-６７８９"),
+    ]
+    # "⒈" folds to "1.", so this reads "1.23-45-6789": not an SSN, as in ASCII
+    assert find_spans("SSN ⒈23-45-6789", BUILTINS) == []
+
+
+def test_text_whose_nfkc_form_cannot_be_mapped_back_is_masked_whole() -> None:
+    # Hangul jamo compose across characters: the finding masks the whole text
+    text = "\u1100\u1161 ann＠example.com"
+    assert find_spans(text, BUILTINS) == [Span(0, len(text), "email")]
+    assert find_spans("\u1100\u1161 nothing here", BUILTINS) == []
+
+
+def test_ascii_and_normalized_text_take_the_fast_path() -> None:
+    assert find_spans("plain ann.lee@example.com", BUILTINS)[0].start == 6
+    assert find_spans("Grüße an ann.lee@example.com", BUILTINS)[0].start == 9

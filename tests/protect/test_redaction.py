@@ -54,29 +54,30 @@ class Profile(BaseModel):
 
 
 def test_walker_keeps_types_ids_and_unchanged_objects() -> None:
-    upper = StringRewriter(lambda s: s.upper() if "x" in s else s)
+    upper = StringRewriter(lambda s: s.upper() if s.startswith("x") else s)
     msg = AIMessage(
         content=[{"type": "text", "text": "x1"}],
-        id="msg-x",
-        tool_calls=[{"name": "x_tool", "args": {"q": "x2"}, "id": "call-x", "type": "tool_call"}],
+        id="x-msg",
+        tool_calls=[{"name": "x_tool", "args": {"q": "x2"}, "id": "x-call", "type": "tool_call"}],
         additional_kwargs={"extra": "x3"},
     )
     out = upper(msg)
-    assert isinstance(out, AIMessage) and out.id == "msg-x"
+    assert isinstance(out, AIMessage) and out.id == "x-msg"
     assert out.content == [{"type": "text", "text": "X1"}]
     assert out.tool_calls[0]["args"] == {"q": "X2"}
-    assert out.tool_calls[0]["name"] == "x_tool" and out.tool_calls[0]["id"] == "call-x"
+    # a tool call's id is kept; its name is text like the rest
+    assert out.tool_calls[0]["name"] == "X_TOOL" and out.tool_calls[0]["id"] == "x-call"
     assert out.additional_kwargs == {"extra": "X3"}
     assert msg.content == [{"type": "text", "text": "x1"}]  # the input is not mutated
-    tool = ToolMessage(content="x4", tool_call_id="call-x", artifact={"raw": "x5"})
+    tool = ToolMessage(content="x4", tool_call_id="x-call", artifact={"raw": "x5"})
     new_tool = upper(tool)
     assert (new_tool.content, new_tool.artifact, new_tool.tool_call_id) == (
         "X4",
         {"raw": "X5"},
-        "call-x",
+        "x-call",
     )
     assert upper(Point("x", 1)) == Point("X", 1) and isinstance(upper(Point("x", 1)), Point)
-    assert upper(Note("x", "x-id")) == Note("X", "x-id")
+    assert upper(Note("x", "x-id")) == Note("X", "X-ID")  # only messages' ids are kept
     assert upper(Profile(email="x", age=3)) == Profile(email="X", age=3)
     assert upper(("x", ["x", {"k": "x"}])) == ("X", ["X", {"k": "X"}])
     assert upper(Send("node", {"q": "x"})) == Send("node", {"q": "X"})
@@ -136,7 +137,10 @@ def test_rules_first_match_wins_and_drop_and_keep() -> None:
             Rule(channels="*", mode="mask", detectors=("email",)),
         ]
     )
-    assert p.seal(blob("scratch_pad"), {"x": EMAIL}).type == "empty"
+    dropped = p.seal(blob("scratch_pad"), {"x": EMAIL})
+    # sealed and tagged like any value (None), never an unsealed "empty" marker
+    assert dropped.type != "empty" and dropped == p.seal(blob("scratch_pad"), None)
+    assert p.open(blob("scratch_pad"), dropped) is None
     assert roundtrip(p, blob("notes"), EMAIL) == EMAIL
     assert roundtrip(p, blob("messages"), f"{EMAIL} {CARD}") == f"<EMAIL> {CARD}"
     write = RecordIdentity("t", "th", "", RecordKind.WRITE, "cp", "task", "0", "scratch_pad")
