@@ -22,6 +22,7 @@ __all__ = [
     "CorruptRecordError",
     "IntegrityError",
     "ChainKeyRequiredError",
+    "SettingsMismatchError",
     "UnsupportedOperationError",
     "DecryptionError",
     "KeyringError",
@@ -50,6 +51,15 @@ class ChainKeyRequiredError(ConfigurationError):
     ``keep_latest`` leaves a signed tombstone in each survivor whose parent goes, so
     that the thread still verifies; without the key (``integrity=``, or
     ``LGD_INTEGRITY_KEY`` for the command line) it cannot, so nothing is trimmed.
+    """
+
+
+class SettingsMismatchError(ConfigurationError):
+    """A record was written with other protection settings than the reader has.
+
+    Raised instead of a tampering error when the record is authentic and only the
+    settings differ (for example ``clear_metadata`` or ``searchable_metadata`` of
+    ``Encryption``); the message names both settings.
     """
 
 

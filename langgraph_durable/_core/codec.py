@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
-from ..errors import CorruptRecordError, InvalidInputError
+from ..errors import CorruptRecordError, DurableError, InvalidInputError, SettingsMismatchError
 from .chain import TAG_SIZE, ChainCache, ChainKey, encode_block, split_block
 from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written
 from .records import (
@@ -49,6 +49,17 @@ _INLINE_TYPES = (str, int, float, bool)
 #: The key of a stored body that holds the authenticated copy of its clear references:
 #: {"b": channels whose value is stored beside the body, "p": the parent checkpoint id}.
 BIND_KEY = "lgd_refs"
+#: The key of stored (sealed) metadata that holds the settings its clear index was made
+#: with (``RecordPipeline.index_settings``), so a reader with other settings is told so.
+SETTINGS_KEY = "lgd_index"
+
+
+def _describe(settings: Any) -> str:
+    if not isinstance(settings, dict):
+        return "no clear metadata index settings"
+    return ", ".join(f"{name}={settings.get(name)!r}" for name in sorted(settings))
+
+
 # Checkpoint format versions before 4 kept pending sends as writes of the parent.
 _SENDS_IN_CHANNELS_SINCE = 4
 
@@ -97,6 +108,14 @@ class RecordPipeline(Protocol):
 
     def tampered(self, why: str) -> Exception:
         """The error for a record whose clear fields disagree with its authenticated copy."""
+        ...
+
+    def index_settings(self) -> dict[str, Any] | None:
+        """The settings that decide the clear metadata index (None: everything is clear).
+
+        Sealed with each checkpoint's metadata, so a read with other settings is
+        reported as such rather than as tampering.
+        """
         ...
 
     def effect_id(self, tenant: str, material: bytes) -> str:
@@ -332,8 +351,10 @@ class CheckpointCodec:
         full_metadata = get_serializable_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
         run_id = full_metadata.get("run_id")
         sealed_body = self.pipeline.seal(self._body_identity(key, checkpoint_id), body)
+        settings = self.pipeline.index_settings()
         sealed_metadata = self.pipeline.seal(
-            self._metadata_identity(key, checkpoint_id), full_metadata
+            self._metadata_identity(key, checkpoint_id),
+            full_metadata if settings is None else {**full_metadata, SETTINGS_KEY: settings},
         )
         digest = None
         if self.chain is not None and self.chain_cache is not None:
@@ -509,9 +530,21 @@ class CheckpointCodec:
             self._migrate_pending_sends(pkey, stored, body)
         meta_identity = self._metadata_identity(pkey, stored.checkpoint_id)
         metadata = self.pipeline.open(meta_identity, stored.metadata)
-        self.pipeline.check_metadata(
-            meta_identity, metadata, stored.metadata_index, stored.metadata
-        )
+        writer = metadata.pop(SETTINGS_KEY, None) if isinstance(metadata, dict) else None
+        try:
+            self.pipeline.check_metadata(
+                meta_identity, metadata, stored.metadata_index, stored.metadata
+            )
+        except DurableError:
+            mine = self.pipeline.index_settings()
+            if writer is None or writer == mine:
+                raise
+            raise SettingsMismatchError(
+                f"checkpoint {stored.checkpoint_id} of thread {thread!r} was written with "
+                f"{_describe(writer)}; this saver has {_describe(mine)}: its clear metadata "
+                "is checked against the writer's settings, so read it with the same "
+                "Encryption(clear_metadata=..., searchable_metadata=...) as the writer"
+            ) from None
         writes = sorted(stored.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2]))
         pending = [
             PendingWrite(

@@ -202,6 +202,10 @@ class EncryptionPipeline(IdentityPipeline):
         self.cache = cache
         self._clear = frozenset(settings.clear_metadata) | frozenset(_INTERNAL_CLEAR)
         self._searchable = frozenset(settings.searchable_metadata)
+        self._settings = {
+            "clear_metadata": sorted(settings.clear_metadata),
+            "searchable_metadata": sorted(settings.searchable_metadata),
+        }
         self._plaintext_reads = 0
 
     # ---- payloads -------------------------------------------------------------
@@ -262,6 +266,9 @@ class EncryptionPipeline(IdentityPipeline):
 
     def tampered(self, why: str) -> Exception:
         return DecryptionError(why)
+
+    def index_settings(self) -> dict[str, Any] | None:
+        return self._settings
 
     @staticmethod
     def _failed(identity: RecordIdentity, why: str) -> DecryptionError:

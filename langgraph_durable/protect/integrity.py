@@ -110,6 +110,9 @@ class IntegrityPipeline:
     def tampered(self, why: str) -> Exception:
         return IntegrityError(why)
 
+    def index_settings(self) -> dict[str, Any] | None:
+        return self.base.index_settings()  # type: ignore[no-any-return]
+
     def effect_id(self, tenant: str, material: bytes) -> str:
         return self.base.effect_id(tenant, material)  # type: ignore[no-any-return]
 
