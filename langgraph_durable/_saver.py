@@ -15,7 +15,7 @@ pruning, verify).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -179,6 +179,8 @@ class SyncSaverMethods(SaverAdmin):
         on_broken: Callable[[Any], None] | None = None,
         progress: Callable[[VerifyReport], None] | None = None,
         page: int = 200,
+        heads: Iterable[Any] | None = None,
+        on_head: Callable[[Any], None] | None = None,
     ) -> VerifyReport:
         """Check the hash chain of stored threads (needs ``integrity=``).
 
@@ -194,14 +196,21 @@ class SyncSaverMethods(SaverAdmin):
                 checkpoint_id, reason).
             progress: Called with the running report after each thread.
             page: Threads read per page while walking the store.
+            heads: Heads anchored outside the store
+                (``langgraph_durable._core.audit.Head``, as ``on_head`` gave
+                them): each must still be found in its thread (or removed by a
+                signed trim), else it is a broken link. This detects removal of
+                a thread's newest checkpoints, which the chain alone cannot.
+            on_head: Called with each checked thread's heads (the newest
+                checkpoint of each namespace and its digest), to anchor them.
 
         Returns:
             The counts; ``report.ok`` is False when a link is broken.
         """
-        op = Operation(_verify_steps(self, tenant_id, thread_id, page))
+        op = Operation(_verify_steps(self, tenant_id, thread_id, page, heads, on_head is not None))
         report = VerifyReport()
         for item in self._iterate(op):
-            _verify_item(item, on_broken, progress)
+            _verify_item(item, on_broken, progress, on_head)
             if isinstance(item, VerifyReport):
                 report = item
         return report
@@ -331,12 +340,14 @@ class AsyncSaverMethods(SaverAdmin):
         on_broken: Callable[[Any], None] | None = None,
         progress: Callable[[VerifyReport], None] | None = None,
         page: int = 200,
+        heads: Iterable[Any] | None = None,
+        on_head: Callable[[Any], None] | None = None,
     ) -> VerifyReport:
         """Async :meth:`SyncSaverMethods.verify` (same arguments and result)."""
-        op = Operation(_verify_steps(self, tenant_id, thread_id, page))
+        op = Operation(_verify_steps(self, tenant_id, thread_id, page, heads, on_head is not None))
         report = VerifyReport()
         async for item in self._aiterate(op):
-            _verify_item(item, on_broken, progress)
+            _verify_item(item, on_broken, progress, on_head)
             if isinstance(item, VerifyReport):
                 report = item
         return report

@@ -10,7 +10,7 @@ again when payloads are bound to their thread), ``prune`` and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,10 +224,20 @@ class VerifyReport:
 
 
 def _verify_steps(
-    saver: DurableSaverBase, tenant_id: str | None, thread_id: str | None, page: int
+    saver: DurableSaverBase,
+    tenant_id: str | None,
+    thread_id: str | None,
+    page: int,
+    heads: Iterable[Any] | None = None,
+    want_heads: bool = False,
 ) -> Generator[Any, Any, VerifyReport]:
-    """Check every chain (or one tenant's, or one thread's); emit Broken and progress."""
-    from ._core.audit import AuditCodec, check_thread
+    """Check every chain (or one tenant's, or one thread's); emit Broken and progress.
+
+    ``heads`` (``_core.audit.Head``): anchored heads each thread in scope must
+    still hold (a thread they name that is not found is reported too);
+    ``want_heads``: emit each thread's heads after checking it.
+    """
+    from ._core.audit import AuditCodec, Broken, Head, check_heads, check_thread, thread_heads
 
     chain = saver.integrity
     if chain is None:
@@ -237,15 +247,29 @@ def _verify_steps(
     ops = saver._make_ops(AuditCodec(chain))
     report = VerifyReport()
     started = time.monotonic()
+    anchored: dict[tuple[str, str], list[Head]] = {}
+    scope_tenant = tenant_id or (saver.default_tenant if thread_id is not None else None)
+    for head in heads or ():
+        if not isinstance(head, Head):
+            raise InvalidInputError(f"heads= takes the Head items verify exports, got {head!r}")
+        if (scope_tenant is None or head.tenant == scope_tenant) and (
+            thread_id is None or head.thread == thread_id
+        ):
+            anchored.setdefault((head.tenant, head.thread), []).append(head)
 
     def one(tenant: str, thread: str) -> Generator[Any, Any, None]:
         listing = ops.list(tenant, thread, None, None, None, None, None, False)
         entries = yield from collect_emits(listing.steps)
         report.threads += 1
         report.checkpoints += len(entries)
-        for broken in check_thread(chain, entries):
+        found = check_thread(chain, entries)
+        found += check_heads(chain, entries, anchored.pop((tenant, thread), ()))
+        for broken in found:
             report.broken += 1
             yield Emit(broken)
+        if want_heads:
+            for head in thread_heads(entries):
+                yield Emit(head)
         report.seconds = time.monotonic() - started
         yield Emit(report)
 
@@ -259,6 +283,10 @@ def _verify_steps(
                 yield from one(tenant, thread)
             if cursor is None:
                 break
+    for (tenant, thread), missing in sorted(anchored.items()):  # threads not found at all
+        for broken in check_heads(chain, (), missing):
+            report.broken += 1
+            yield Emit(Broken(tenant, thread, broken.ns, broken.checkpoint_id, broken.reason))
     report.seconds = time.monotonic() - started
     return report
 
@@ -267,10 +295,16 @@ def _verify_item(
     item: Any,
     on_broken: Callable[[Any], None] | None,
     progress: Callable[[VerifyReport], None] | None,
+    on_head: Callable[[Any], None] | None = None,
 ) -> None:
+    from ._core.audit import Head
+
     if isinstance(item, VerifyReport):
         if progress is not None:
             progress(item)
+    elif isinstance(item, Head):
+        if on_head is not None:
+            on_head(item)
     elif on_broken is not None:
         on_broken(item)
 

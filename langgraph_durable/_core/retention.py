@@ -407,6 +407,12 @@ class PruneReport:
         threads_seen: Threads examined.
         moved: Live threads moved forward to a newer epoch so that their old
             epoch's partitions could be dropped whole (PostgreSQL; 0 elsewhere).
+        refused: Threads left untrimmed because a link in what ``keep_latest``
+            would remove is broken (with ``integrity=``: a trim never signs
+            tombstones over a link it cannot verify).
+        broken: Those broken links (``langgraph_durable._core.audit.Broken``:
+            tenant, thread, namespace, checkpoint id, reason), at most
+            :data:`BROKEN_LISTED` of them.
     """
 
     threads: int = 0
@@ -424,6 +430,15 @@ class PruneReport:
     thread_ids: list[tuple[str, str]] = field(default_factory=list)
     """(tenant, thread) of the threads deleted or trimmed, recorded in dry runs
     only, at most :data:`DRY_RUN_LISTED` of them."""
+    refused: int = 0
+    broken: list[Any] = field(default_factory=list)
+
+    def refuse(self, broken: Iterable[Any]) -> None:
+        """Note a thread not trimmed because of these broken links."""
+        self.refused += 1
+        for b in broken:
+            if len(self.broken) < BROKEN_LISTED:
+                self.broken.append(b)
 
     def record(self, tenant: str, thread: str) -> None:
         """Note a thread a dry run would remove (bounded, for the printout)."""
@@ -445,7 +460,13 @@ class PruneReport:
             "locked": self.locked,
             "threads_seen": self.threads_seen,
             "moved": self.moved,
+            "refused": self.refused,
+            "broken": [b.to_json() for b in self.broken],
         }
+
+
+#: Broken links a pruner's report lists (the count of refused threads covers them all).
+BROKEN_LISTED = 1000
 
 
 def pruner_identity() -> str:

@@ -11,7 +11,11 @@ decides. Every report says which policy ran and where it came from.
 Quiet for cron: a real run prints nothing unless stdout is a terminal (or
 ``--json`` asks for the summary line); a dry run always prints what it would
 remove. Exit codes: 0 done (also when another pruner holds the lock: it says
-so), 3 the time budget ran out with work left, 2 bad usage, 1 an error.
+so), 3 the time budget ran out with work left, 2 bad usage, 1 an error, or a
+thread left untrimmed because a link in what ``keep-latest`` would remove is
+broken (with ``LGD_INTEGRITY_KEY``: a trim never signs over a link it cannot
+verify; each such link is printed to stderr as ``BROKEN ...``, like ``verify``;
+the other threads are pruned).
 """
 
 from __future__ import annotations
@@ -54,8 +58,11 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
             "by setup() as a whole; without them the stored policy applies; with neither, "
             "each thread's stored expiry decides. The report says which policy ran. One "
             "pruner runs at a time (a second exits 0 saying so); a run stopped by "
-            "--max-seconds or killed is finished by the next run. Exit codes: 0 done, "
-            "3 time budget reached with work left, 2 bad usage, 1 error."
+            "--max-seconds or killed is finished by the next run. With $LGD_INTEGRITY_KEY "
+            "a thread is trimmed only if what goes verifies; one that does not is left "
+            "whole and its broken links printed. Exit codes: 0 done, 3 time budget reached "
+            "with work left, 2 bad usage, 1 error or a thread left untrimmed over a broken "
+            "link."
         ),
     )
     add_target_arguments(parser)
@@ -214,6 +221,21 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
         _print_dry_run(out, target, report, ran)
     elif is_terminal(out):
         say(out, _sentence(target, report, ran))
+    if report.refused:
+        for broken in report.broken:
+            print(
+                f"BROKEN tenant={broken.tenant!r} thread={broken.thread!r} ns={broken.ns!r} "
+                f"checkpoint={broken.checkpoint_id}: {broken.reason}",
+                file=sys.stderr,
+            )
+        print(
+            f"langgraph-durable prune: {plural(report.refused, 'thread')} not trimmed: a link "
+            "in what keep-latest would remove is broken (a trim never signs over it); run "
+            "langgraph-durable verify",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_ERROR
     if report.budget_exhausted:
         print(
             f"langgraph-durable prune: stopped after --max-seconds {args.max_seconds:g} with "
@@ -257,6 +279,8 @@ def _sentence(target: Target, report: Any, policy: str) -> str:
         parts.append(f"{plural(report.moved, 'live thread')} moved to a newer partition")
     if report.index_entries:
         parts.append(f"{plural(report.index_entries, 'index entry', 'index entries')} swept")
+    if report.refused:
+        parts.append(f"{plural(report.refused, 'thread')} not trimmed (broken link)")
     return f"Pruned {target.where} ({policy}): " + ", ".join(parts) + f" in {report.seconds:.1f}s."
 
 

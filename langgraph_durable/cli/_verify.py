@@ -6,6 +6,12 @@ printed on its own line (tenant, thread, namespace, checkpoint id, why), or as o
 JSON object per line with ``--json``, followed by a summary. Memory stays bounded by
 the largest thread whatever the store's size. Exit codes: 0 every chain holds,
 1 a link is broken (or the store failed), 2 bad usage.
+
+Heads: ``--print-heads`` prints each thread's newest checkpoint per namespace and its
+chain digest (``HEAD ...`` lines, or ``{"head": ...}`` objects with ``--json``), to be
+kept outside the store; ``--heads FILE`` (such ``--json`` output, ``-`` for stdin) and
+``--expect-head DIGEST`` (with ``--thread``) check that those heads are still there, so
+that removing a thread's newest checkpoints, or the whole thread, is a broken link.
 """
 
 from __future__ import annotations
@@ -33,8 +39,11 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
             "Check every stored checkpoint's integrity tag and its link to its parent "
             "(or to the tombstone a trim left), thread by thread. Needs the chain key in "
             "$LGD_INTEGRITY_KEY (hex), the key the savers were given as integrity=. No "
-            "payload is decrypted. Exit codes: 0 every chain holds, 1 a link is broken "
-            "(each reported with tenant, thread, namespace and checkpoint id), 2 bad usage."
+            "payload is decrypted. --print-heads exports each thread's head digest to keep "
+            "outside the store; --heads / --expect-head check it is still there (removing "
+            "a thread's newest checkpoints is otherwise not detectable). Exit codes: 0 every "
+            "chain holds, 1 a link is broken (each reported with tenant, thread, namespace "
+            "and checkpoint id), 2 bad usage."
         ),
     )
     add_target_arguments(parser)
@@ -43,7 +52,67 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--json", action="store_true", help="one JSON object per broken link, then a summary"
     )
+    parser.add_argument(
+        "--print-heads",
+        action="store_true",
+        help="also print each thread's head (newest checkpoint per namespace and its digest) "
+        "to keep outside the store",
+    )
+    parser.add_argument(
+        "--heads",
+        metavar="FILE",
+        help="check the heads in FILE (the output of --print-heads --json; - for stdin) "
+        "are still stored: detects removal of the newest checkpoints",
+    )
+    parser.add_argument(
+        "--expect-head",
+        metavar="DIGEST",
+        help="with --thread: check a checkpoint with this head digest (hex) is still stored",
+    )
     parser.set_defaults(handler=run_verify)
+
+
+def _read_heads(args: argparse.Namespace) -> list[Any]:
+    """The anchored heads of ``--heads`` and ``--expect-head`` (CommandError when bad)."""
+    from langgraph_durable._core.audit import Head
+    from langgraph_durable.errors import InvalidInputError
+
+    heads: list[Any] = []
+    if args.expect_head is not None:
+        if args.thread is None:
+            raise CommandError("--expect-head needs --thread (the thread whose head it is)")
+        try:
+            digest = bytes.fromhex(args.expect_head.strip())
+        except ValueError as exc:
+            raise CommandError("--expect-head takes a head digest in hex") from exc
+        if len(digest) != 32:
+            raise CommandError("--expect-head takes a 32-byte head digest (64 hex digits)")
+        tenant = args.tenant
+        heads.append(Head(tenant or "", args.thread, "", None, digest))
+    if args.heads is not None:
+        try:
+            if args.heads == "-":
+                lines = sys.stdin.read().splitlines()
+            else:
+                with open(args.heads, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+        except OSError as exc:
+            raise CommandError(f"--heads: cannot read {args.heads}: {exc.strerror}") from exc
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as exc:
+                raise CommandError(f"--heads: line {n} is not JSON") from exc
+            if isinstance(doc, dict) and "head" in doc:  # other lines: broken links, summary
+                try:
+                    heads.append(Head.from_json(doc["head"]))
+                except InvalidInputError as exc:
+                    raise CommandError(f"--heads: line {n}: {one_line(exc)}") from exc
+        if not heads:
+            raise CommandError(f"--heads: {args.heads} holds no head (from --print-heads --json)")
+    return heads
 
 
 def run_verify(args: argparse.Namespace, out: TextIO) -> int:
@@ -55,6 +124,7 @@ def run_verify(args: argparse.Namespace, out: TextIO) -> int:
         value = getattr(args, name)
         if value is not None and not value.strip():
             raise CommandError(f"--{name} must not be empty")
+    anchors = _read_heads(args)
     chain = integrity_from_env()
     if chain is None:
         raise CommandError(
@@ -86,14 +156,31 @@ def run_verify(args: argparse.Namespace, out: TextIO) -> int:
                 f"checkpoint={broken.checkpoint_id}: {broken.reason}",
             )
 
+    def on_head(head: Any) -> None:
+        if args.json:
+            say(out, json.dumps({"head": head.to_json()}, separators=(",", ":")))
+        else:
+            say(
+                out,
+                f"HEAD tenant={head.tenant!r} thread={head.thread!r} ns={head.ns!r} "
+                f"checkpoint={head.checkpoint_id} digest={head.digest.hex()}",
+            )
+
     try:
         with open_saver(target, None, chain) as saver:
+            tenant = args.tenant or saver.default_tenant
+            heads = [
+                h if h.tenant else type(h)(tenant, h.thread, h.ns, h.checkpoint_id, h.digest)
+                for h in anchors
+            ]
             try:
                 report = saver.verify(
                     tenant_id=args.tenant,
                     thread_id=args.thread,
                     on_broken=on_broken,
                     progress=progress,
+                    heads=heads,
+                    on_head=on_head if args.print_heads else None,
                 )
             finally:
                 if drawn:

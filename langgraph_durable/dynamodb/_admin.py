@@ -9,6 +9,7 @@ import builtins
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from .._core.audit import trim_refused
 from .._core.records import StoredDataKey
 from .._core.retention import PruneRequest, Retention
 from .._core.sansio import Sleep, operation
@@ -40,7 +41,7 @@ from ._items import (
     thread_pk,
 )
 from ._objects import OBJECT_ATTRIBUTES, object_keys_of, retarget
-from ._prune import Pruner, trim_plan
+from ._prune import Pruner, trim_breaks, trim_plan
 from ._threads import Expiry
 
 
@@ -324,7 +325,10 @@ class AdminOps(ChainOps):
         ancestors included, so the thread still resumes). With ``integrity=``,
         each kept checkpoint whose parent goes first gets a tombstone in its
         body (:meth:`~._chain.ChainOps._tombstone_trim`: one more BatchGetItem
-        and one TransactWriteItems per thread), then the deletes follow.
+        and one TransactWriteItems per thread), then the deletes follow; first
+        the thread is checked as ``verify`` checks it, and a broken link in what
+        would go raises ``IntegrityError`` (that thread is not trimmed; the
+        threads before it in ``thread_ids`` are).
         """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
@@ -342,6 +346,9 @@ class AdminOps(ChainOps):
             pk = thread_pk(tenant, thread_id)
             items = yield from self._query_all(pk, None, (*projection, *OBJECT_ATTRIBUTES))
             doomed = trim_plan(items, 1)
+            broken = yield from trim_breaks(self, pk, doomed)
+            if broken:  # never sign tombstones over a link not verified
+                raise trim_refused(broken)
             yield from self._tombstone_trim(pk, items, doomed)
             yield from self._delete_keys(pk, [i["sk"]["S"] for i in doomed])
             yield from self._delete_objects([k for i in doomed for k in object_keys_of(i)])

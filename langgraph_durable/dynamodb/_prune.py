@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
+from .._core.audit import Broken, check_trim
 from .._core.retention import (
     DELETE,
     LOCK_LEASE_SECONDS,
@@ -84,7 +85,7 @@ from ._objects import object_keys_of, tenant_object_prefix
 if TYPE_CHECKING:
     from ._chain import ChainOps
 
-__all__ = ["Pruner", "trim_plan", "data_size"]
+__all__ = ["Pruner", "trim_plan", "trim_breaks", "data_size"]
 
 #: Attributes the pruner's Scan reads: keys, write times, TTL stamps, the head's state.
 SCANNED = (
@@ -170,6 +171,27 @@ def trim_plan(items: Iterable[dict[str, Any]], keep: int) -> list[dict[str, Any]
     doomed.extend(i for base, members in blobs.items() if base not in referenced for i in members)
     doomed.sort(key=lambda i: not is_pointer_sk(i["sk"]["S"]))
     return doomed
+
+
+def trim_breaks(
+    ops: ChainOps, pk: str, doomed: Sequence[dict[str, Any]]
+) -> Generator[Any, Any, list[Broken]]:
+    """With ``integrity=``, the broken links of what a trim removes (before it signs).
+
+    The thread is listed as ``verify`` lists it (``_core.audit.check_trim``);
+    empty without the chain key or when nothing is broken.
+    """
+    chain = ops.codec.chain
+    if chain is None:
+        return []
+    gone: set[tuple[str, str]] = set()
+    for item in doomed:
+        sk = item["sk"]["S"]
+        if is_pointer_sk(sk):
+            ik = parse_checkpoint_sk(sk)
+            gone.add((ik.ns, ik.checkpoint_id))
+    tenant, thread = split_pk(pk)
+    return (yield from check_trim(ops, chain, tenant, thread, gone))
 
 
 def data_size(item: dict[str, Any]) -> int:
@@ -655,11 +677,20 @@ class Pruner:
         return None
 
     def _trim(self, seen: Seen, keep: int) -> Generator[Any, Any, None]:
-        """Trim a thread to the checkpoints ``keep_latest`` keeps (pointers first)."""
+        """Trim a thread to the checkpoints ``keep_latest`` keeps (pointers first).
+
+        With ``integrity=`` the thread is checked first (:func:`trim_breaks`): a
+        broken link in what would go leaves it whole, reported in ``refused``.
+        """
         items = yield from self.ops._query_all(seen.pk)
         doomed = trim_plan(items, keep)
         if not doomed:
             return None
+        if not self.request.dry_run:
+            broken = yield from trim_breaks(self.ops, seen.pk, doomed)
+            if broken:
+                self.report.refuse(broken)
+                return None
         self._count(seen, doomed)
         self.report.trimmed += 1
         if not self.request.dry_run:

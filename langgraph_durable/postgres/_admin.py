@@ -12,6 +12,7 @@ import builtins
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from .._core.audit import trim_refused
 from .._core.retention import PruneReport, PruneRequest, Retention
 from .._core.sansio import operation
 from ..errors import InvalidInputError, SchemaError
@@ -288,7 +289,12 @@ class AdminOps(OpsBase):
     def prune(
         self, tenant: str, thread_ids: Sequence[str], strategy: str
     ) -> Generator[Any, Any, None]:
-        """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything."""
+        """Prune threads: ``keep_latest`` per namespace, or ``delete`` everything.
+
+        With ``integrity=``, a thread with a broken link in what ``keep_latest``
+        would remove raises ``IntegrityError`` (one transaction: nothing of the
+        call is trimmed).
+        """
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(
                 f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'"
@@ -309,9 +315,12 @@ class AdminOps(OpsBase):
             if row is not None:
                 # Keep each namespace's latest checkpoint and what it needs:
                 # DeltaChannel ancestors, and before format 4 the parent's sends.
+                report = PruneReport()
                 yield from trim_batch(
-                    self, False, lambda _t: 1, [(tenant, thread_id, int(row[0]))], PruneReport()
+                    self, False, lambda _t: 1, [(tenant, thread_id, int(row[0]))], report
                 )
+                if report.broken:  # not trimmed: a link in what would go is broken
+                    raise trim_refused(report.broken)
         return None
 
     @operation(session=True)

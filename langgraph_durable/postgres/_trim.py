@@ -13,6 +13,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import TASKS
 
+from .._core.audit import check_trim
 from .._core.chain import refuse_unkeyed_trim, tombstone_bodies
 from .._core.records import Sealed
 from .._core.retention import CheckpointNode, PruneReport, keep_set
@@ -41,6 +42,11 @@ def trim_batch(
     (one statement: the rewrite and the delete commit together). Without the
     chain key the same read checks that no survivor carries a chain block
     (``ChainKeyRequiredError`` otherwise, nothing of the batch deleted).
+
+    Before that, with the chain key, each thread's history is checked as
+    ``verify`` checks it (``_core.audit.check_trim``: one listing per trimmed
+    thread); a thread with a broken link in the region the trim removes is
+    left whole and its broken links go to ``report.refuse``.
     """
     s = ops._s
     params = _arrays(batch)
@@ -65,11 +71,20 @@ def trim_batch(
     trimmed: list[tuple[str, str, int]] = []
     links: dict[_Scope, _Links] = {}
     size = 0
+    chain = ops.codec.chain
     for (tenant, thread, epoch), members in threads.items():
         kept = keep_set((n for n, _ in members), keep(tenant))
         gone = [(n, b) for n, b in members if (n.ns, n.checkpoint_id) not in kept]
         if not gone:
             continue
+        if chain is not None and not dry_run:
+            # never sign tombstones over a link not verified: check what goes first
+            broken = yield from check_trim(
+                ops, chain, tenant, thread, {(n.ns, n.checkpoint_id) for n, _ in gone}
+            )
+            if broken:
+                report.refuse(broken)
+                continue
         trimmed.append((tenant, thread, epoch))
         report.record(tenant, thread)
         for node, b in gone:

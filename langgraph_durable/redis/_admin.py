@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
+from .._core.audit import check_trim
 from .._core.retention import PruneRequest, Retention
 from .._core.sansio import operation
 from ..errors import InvalidInputError, StorageError
@@ -317,7 +318,9 @@ class AdminOps(OpsBase):
             return None
         tenant = _ident(tenant, "tenant id")
         threads = [_ident(t, "thread_id") for t in threads]
-        yield from _prune.trim_threads(self.keys, tenant, threads, 1, self.codec.chain)
+        yield from _prune.trim_threads(
+            self.keys, tenant, threads, 1, self.codec.chain, self._trim_check()
+        )
         return None
 
     @operation
@@ -331,9 +334,16 @@ class AdminOps(OpsBase):
         run only removes the index entries of threads that are gone.
         """
         yield from _prune.prune_expired(
-            self.keys, request, policy, self._forget_deleted, self.codec.chain
+            self.keys, request, policy, self._forget_deleted, self.codec.chain, self._trim_check()
         )
         return None
+
+    def _trim_check(self) -> _prune.TrimCheck | None:
+        """With ``integrity=``: the check a trim passes before it signs tombstones."""
+        chain = self.codec.chain
+        if chain is None:
+            return None
+        return lambda tenant, thread, gone: check_trim(self, chain, tenant, thread, gone)
 
     @operation
     def thread_page(

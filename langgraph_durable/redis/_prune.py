@@ -41,6 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._core.audit import Broken, trim_refused
 from .._core.chain import ChainKey
 from .._core.retention import (
     DELETE,
@@ -229,9 +230,11 @@ class _Run:
         policy: Callable[[str], Retention | None] | None,
         forget_thread: Callable[[str, str], None],
         chain: ChainKey | None = None,
+        check: TrimCheck | None = None,
     ) -> None:
         self.keys = keys
         self.chain = chain
+        self.check = check
         self.request = request
         self.dry = "1" if request.dry_run else "0"
         self.report = PruneReport(dry_run=request.dry_run)
@@ -349,6 +352,16 @@ class _Run:
                 trim = _plan(flat, keep, links)
                 if trim.drop:
                     plans.append((seen, trim))
+        if self.check is not None and plans:
+            # never sign tombstones over a link not verified: check what goes first
+            checked: list[tuple[_Seen, _Trim]] = []
+            for seen, trim in plans:
+                broken = yield from self.check(seen.item.tenant, seen.item.thread, _gone(trim))
+                if broken:
+                    self.report.refuse(broken)
+                else:
+                    checked.append((seen, trim))
+            plans = checked
         if not plans:
             return None
         # with the hash chain: tombstones for survivors whose parent goes (one read)
@@ -434,6 +447,19 @@ class _Trim:
     links: Links
 
 
+#: Checks a thread before a trim signs over it: (tenant, thread, what goes) -> broken links.
+TrimCheck = Callable[[str, str, set[tuple[str, str]]], Generator[Any, Any, list[Broken]]]
+
+
+def _gone(trim: _Trim) -> set[tuple[str, str]]:
+    """(namespace, checkpoint id) of what a planned trim removes."""
+    out: set[tuple[str, str]] = set()
+    for f in trim.drop:
+        ns, _, cid = f.decode().partition("\x00")
+        out.add((ns, cid))
+    return out
+
+
 def _plan(flat: Sequence[Any], keep: int, links: bool = False) -> _Trim:
     """What ``keep_set`` does not keep; with ``links``, what survivors lose."""
     nodes: list[CheckpointNode] = []
@@ -492,6 +518,7 @@ def prune_expired(
     policy: Callable[[str], Retention | None] | None,
     forget_thread: Callable[[str, str], None],
     chain: ChainKey | None = None,
+    check: TrimCheck | None = None,
 ) -> Generator[Any, Any, None]:
     """The pruner run (see the module docstring); emits progress, then its report.
 
@@ -504,9 +531,12 @@ def prune_expired(
             registration memory of it).
         chain: The saver's chain key (``integrity=``): trims then write
             tombstones (``_tombstones``).
+        check: With the chain key, what checks a thread before a trim signs
+            over it (``_core.audit.check_trim``); a thread with a broken link in
+            what would go is left whole and reported (``report.refuse``).
     """
     started = request.monotonic()
-    run = _Run(keys, request, policy, forget_thread, chain)
+    run = _Run(keys, request, policy, forget_thread, chain, None if request.dry_run else check)
     report = run.report
     me = pruner_identity()
     lock = keys.prune_lock()
@@ -566,6 +596,7 @@ def trim_threads(
     threads: Sequence[str],
     keep: int,
     chain: ChainKey | None = None,
+    check: TrimCheck | None = None,
 ) -> Generator[Any, Any, int]:
     """Trim named threads to ``keep_set(..., keep)`` now (``prune(keep_latest)``).
 
@@ -576,6 +607,8 @@ def trim_threads(
     Raises:
         StorageError: A thread kept changing while it was trimmed.
         CorruptRecordError: A record a tombstone needs cannot be read.
+        IntegrityError: ``check`` found a broken link in what a thread's trim
+            would remove (that thread and the rest of its chunk not trimmed).
     """
     removed = 0
     for chunk in _chunks(list(threads), TRIM_CHUNK):
@@ -594,6 +627,11 @@ def trim_threads(
             todo = []
             if not plans:
                 break
+            if check is not None:  # never sign tombstones over a link not verified
+                for t, _hlen, trim in plans:
+                    broken = yield from check(tenant, t, _gone(trim))
+                    if broken:
+                        raise trim_refused(broken)
             sealed = yield from signed_trims(
                 keys, chain, [(tenant, t, trim.links) for t, _hlen, trim in plans]
             )
