@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ._core.codec import (
     CheckpointCodec,
@@ -46,6 +47,7 @@ from .errors import (
     DecryptionError,
     InvalidInputError,
 )
+from .protect.allowlist import AllowlistSerializer, collect_schema_allowlists
 from .protect.keys import KeyManager, KeyMissing
 from .protect.pipeline import IdentityPipeline
 
@@ -61,6 +63,12 @@ TenantResolver = Callable[[RunnableConfig | None], "str | None"]
 _KEY_ATTEMPTS = 8
 # Seconds between looks while another call loads the same tenant's keys.
 _LOAD_WAIT = 0.002
+# Clones kept per saver by with_allowlist (one per distinct graph schema set).
+_CLONES = 64
+
+# Compiled graphs hand their schema classes to the saver's with_allowlist (the
+# default serializer rebuilds only allowlisted types): see protect/allowlist.py.
+collect_schema_allowlists()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +138,11 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         retention: Retention | RetentionPolicy | None = None,
         integrity: Any = None,
     ) -> None:
-        BaseCheckpointSaver.__init__(self, serde=serde)
+        # Reads rebuild only allowlisted types unless a serializer is given (used as given).
+        BaseCheckpointSaver.__init__(
+            self, serde=serde if serde is not None else AllowlistSerializer()
+        )
+        self._clones: dict[frozenset[Any], Any] = {}
         self.retention = check_retention(retention)
         from .protect.integrity import resolve_integrity
 
@@ -167,7 +179,14 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         """Most deltas between full copies of a list channel; 0: no delta encoding."""
         return 0
 
-    def _build_ops(self) -> None:
+    def _build_ops(self, like: CheckpointCodec | None = None) -> None:
+        """Build the record pipeline and the backend's operations from the settings.
+
+        Args:
+            like: The codec of the saver this one is a ``with_allowlist`` clone of:
+                the clone shares what the process learned of the store (delta
+                chains, the hash chain's parents) with it.
+        """
         if self.encryption is not None and self._keys is not None:
             from .protect.encryption import EncryptionPipeline
 
@@ -186,12 +205,35 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
 
             # ... -> encrypt -> tag: the tag covers the bytes as stored
             self.pipeline = IntegrityPipeline(self.pipeline, self.integrity)  # type: ignore[assignment]
-        self._ops = self._make_ops(CheckpointCodec(self.pipeline, self._delta_chain()))
+        codec = CheckpointCodec(self.pipeline, self._delta_chain())
+        if like is not None:
+            codec.deltas = like.deltas
+            codec.chain_cache = like.chain_cache
+        self._ops = self._make_ops(codec)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> Any:
-        clone = super().with_allowlist(extra_allowlist)
+        """A clone whose serializer also rebuilds ``extra_allowlist`` (a graph's schema classes).
+
+        ``StateGraph.compile`` calls it. The clone shares the connection, the data
+        keys and the process's knowledge of the store with this saver; clones are
+        kept per allowlist, so running a graph again makes none. A serializer that
+        is not LangGraph's (given as ``serde=``) is used as given: the saver itself
+        is returned.
+        """
+        if not isinstance(self.serde, JsonPlusSerializer):
+            return self
+        wanted = frozenset(e if isinstance(e, type) else tuple(e) for e in extra_allowlist)
+        clone = self._clones.get(wanted)
+        if clone is not None:
+            return clone
+        clone = super().with_allowlist(wanted)
         if clone is not self:
-            cast(DurableSaverBase, clone)._build_ops()
+            derived = cast(DurableSaverBase, clone)
+            derived._clones = {}
+            derived._build_ops(self._ops.codec)
+        if len(self._clones) >= _CLONES:
+            self._clones.pop(next(iter(self._clones)))
+        self._clones[wanted] = clone
         return clone
 
     def _admin_keys(self) -> KeyManager:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .._core.codec import RecordPipeline, json_safe_metadata
 from .._core.records import RecordIdentity, Sealed
 from ..errors import CorruptRecordError, InvalidInputError
+from .value_paths import culprit_path, has_lone_surrogate
 
 __all__ = ["RecordPipeline", "IdentityPipeline"]
+
+_SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
 
 
 class IdentityPipeline:
@@ -61,21 +66,53 @@ class IdentityPipeline:
 
     def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
         try:
-            return self.serde.dumps_typed(value)
-        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            serialized = self.serde.dumps_typed(value)
+        except _SERDE_ERRORS as exc:
             # The serializer's own errors (an int past 64 bits, nesting past its limit,
-            # a type it does not know) become ours, naming the record; nothing is stored.
-            where = f"channel {identity.channel!r}" if identity.channel else identity.kind
-            raise InvalidInputError(
-                f"cannot store the {where} value of thread {identity.thread!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            # a type it does not know) become ours, naming the record and the path in
+            # the value (found only now, on the error path); nothing is stored.
+            raise self._unstorable(identity, value, exc, self._fails) from exc
+        if (
+            serialized[0] == "msgpack"
+            and b"?" in serialized[1]
+            and isinstance(self.serde, JsonPlusSerializer)
+            and has_lone_surrogate(value)
+        ):
+            # LangGraph's serializer would store "?" in its place: refuse instead.
+            raise self._unstorable(identity, value, None, has_lone_surrogate)
+        return serialized
 
-    def tampered(self, why: str) -> Exception:
-        return CorruptRecordError(why)
+    def _fails(self, value: Any) -> bool:
+        try:
+            self.serde.dumps_typed(value)
+        except _SERDE_ERRORS:
+            return True
+        return False
 
-    def index_settings(self) -> dict[str, Any] | None:
-        return None
+    def _unstorable(
+        self,
+        identity: RecordIdentity,
+        value: Any,
+        error: Exception | None,
+        fails: Callable[[Any], bool],
+    ) -> InvalidInputError:
+        root = identity.channel or identity.kind
+        where, part = root, value
+        try:
+            where, part = culprit_path(value, root, fails)
+            if error is not None:
+                self.serde.dumps_typed(part)  # the part's own error names its type
+        except _SERDE_ERRORS as exc:
+            error = exc
+        why = (
+            "a string holds a lone surrogate (not valid Unicode)"
+            if error is None
+            else f"{type(error).__name__}: {error}"
+        )
+        return InvalidInputError(
+            f"cannot store the value at {where} ({identity.kind} record of thread "
+            f"{identity.thread!r}): {why}"
+        )
 
     def effect_id(self, tenant: str, material: bytes) -> str:
         return hashlib.sha256(material).hexdigest()[:40]
