@@ -18,6 +18,8 @@ __all__ = ["RecordPipeline", "IdentityPipeline"]
 
 _SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
 
+_SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
+
 
 class IdentityPipeline:
     """Serialize only: no redaction, no encryption.
@@ -104,11 +106,10 @@ class IdentityPipeline:
                 self.serde.dumps_typed(part)  # the part's own error names its type
         except _SERDE_ERRORS as exc:
             error = exc
-        why = (
-            "a string holds a lone surrogate (not valid Unicode)"
-            if error is None
-            else f"{type(error).__name__}: {error}"
-        )
+        if error is None or "surrogates" in str(error):  # ormsgpack's words for it
+            why = "a string holds a lone surrogate (not valid Unicode)"
+        else:
+            why = f"{type(error).__name__}: {error}"
         return InvalidInputError(
             f"cannot store the value at {where} ({identity.kind} record of thread "
             f"{identity.thread!r}): {why}"
