@@ -237,6 +237,10 @@ def open_saver(
         }
         if target.schema is not None:
             pg_options["schema"] = target.schema
+        signing_key = os.environ.get("LGD_TENANT_SIGNING_KEY", "").strip()
+        if signing_key:  # signed tenants: setup() stores the key (docs/postgres.md)
+            pg_options["row_level_security"] = True
+            pg_options["tenant_signing_key"] = signing_key
         with PostgresSaver.from_conn_string(target.url, **pg_options) as saver:
             yield saver
     elif target.backend == "redis":

@@ -77,7 +77,11 @@ class AdminOps(OpsBase):
 
     @operation(transaction=True)
     def setup(
-        self, partition_days: int, retention: str | None = None, row_level_security: bool = False
+        self,
+        partition_days: int,
+        retention: str | None = None,
+        row_level_security: bool = False,
+        tenant_signer: _rls.TenantSigner | None = None,
     ) -> Generator[Any, Any, list[int]]:
         """Create or migrate the schema; returns the migration versions applied.
 
@@ -86,6 +90,7 @@ class AdminOps(OpsBase):
         ``row_level_security`` turns the schema's row-level security on (it
         stays on: no setup turns it off); when the schema has it on, every
         table with ``tenant_id`` is secured, and these operations send tenants.
+        ``tenant_signer`` stores its secret and turns signed tenants on (``_rls``).
         """
         s = self._s
         yield Query("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,), "one", False)
@@ -145,6 +150,9 @@ class AdminOps(OpsBase):
                 "none",
                 False,
             )
+        if tenant_signer is not None:
+            yield from _rls.store_signing_key(self.schema, tenant_signer)
+        yield Query(f"SELECT {s}.lock_signing_keys()", (), "one", False)
         yield Query(
             f"SELECT {s}.ensure_partitions({s}.current_epoch()), "
             f"{s}.ensure_partitions({s}.current_epoch() + 1)",

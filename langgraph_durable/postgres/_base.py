@@ -24,6 +24,9 @@ __all__ = ["OpsBase"]
 class OpsBase:
     """The state and helpers of an operation set (see ``_ops.PostgresOps`` for the arguments)."""
 
+    #: Signs each statement's tenant (``_rls.TenantSigner``; the saver sets it), or None.
+    tenant_signer: Callable[[str], str] | None = None
+
     def __init__(
         self,
         schema: str,

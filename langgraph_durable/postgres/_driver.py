@@ -10,7 +10,9 @@ back together, one round trip, with the settings local to the (implicit or
 enclosing) transaction. Both drivers send the statements that write payloads
 another way, also one round trip: prepared once per connection, then
 ``SELECT set_config(...); EXECUTE name(...)`` as one query, the values as
-literals (``_Statements``, ``_literals``).
+literals (``_Statements``, ``_literals``), except a signed tenant
+(``tenant_signing_key``): it goes by the pipeline, as bound parameters, so that
+no query text (``pg_stat_activity``) shows the signature.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ..errors import (
 )
 from ._literals import literal
 from ._query import Query
+from ._rls import signed
 
 R = TypeVar("R")
 
@@ -209,7 +212,7 @@ class SyncConnector:
             return _fetch(cur, q.fetch)
 
     def _execute_with_settings(self, conn: Connection[Any], q: Query, prepare: bool) -> Any:
-        if prepare and _writes_payloads(q):
+        if prepare and _writes_payloads(q) and not signed(q.settings):
             name = _statements.ready(conn, q.sql)
             if name is not None:
                 return self._execute_prepared_with_settings(conn, q, name)
@@ -574,7 +577,7 @@ class AsyncConnector:
         self, conn: AsyncConnection[Any], q: Query, prepare: bool
     ) -> Any:
         # One round trip: see SyncConnector._execute_with_settings.
-        if prepare and _writes_payloads(q):
+        if prepare and _writes_payloads(q) and not signed(q.settings):
             name = await _statements.aready(conn, q.sql)
             if name is not None:
                 return await self._execute_prepared_with_settings(conn, q, name)

@@ -269,7 +269,7 @@ def thread_page(
         params["tenant"] = str(tenant)
         where.append("th.tenant_id = %(tenant)s")
         if ops.row_level_security:
-            settings = ((_rls.TENANT_SETTING, str(tenant)),)
+            settings = _rls.tenant_settings(ops, str(tenant))
     if cursor is not None:
         try:
             after_tenant, after_thread = (str(part) for part in cursor)

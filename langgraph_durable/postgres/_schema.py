@@ -14,7 +14,10 @@ Schema (all tables in one configurable schema):
   checkpoint exists). Deleted with its thread.
 * ``data_keys``: the tenants' wrapped data keys (envelope encryption).
 * ``settings``: the partition width in days, fixed at the first ``setup()``; the
-  retention policy; ``row_level_security`` (``on`` once a ``setup()`` turned it on).
+  retention policy; ``row_level_security`` (``on`` once a ``setup()`` turned it on);
+  ``tenant_signing`` (``on`` once a ``setup()`` stored a tenant signing key).
+* ``tenant_signing_keys``: the secrets signed tenants are checked with (``_rls``);
+  no role but the owner has any privilege on it.
 * Row-level security (``_rls``): when on, every table with ``tenant_id`` (each
   partition too) enforces a tenant policy, and each statement of a tenant's
   operation carries the tenant (``Query.settings``).
@@ -198,6 +201,9 @@ ALTER TABLE {s}.blobs ADD COLUMN base text, ADD COLUMN base_count integer;
 """,
     # 7: row-level security helpers; ensure_partitions runs as its owner (see _rls)
     _rls.MIGRATION,
+    # 8: signed tenants (tenant_signing_keys, signed_tenant()); ensure_partitions keeps
+    # the application role to epochs near the current one (see _rls)
+    _rls.SIGNED_MIGRATION,
 ]
 
 # How often effect_claim runs again when its statement saw neither its own insert

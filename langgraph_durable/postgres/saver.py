@@ -29,6 +29,7 @@ from ..protect.encryption import Encryption
 from ..protect.redaction import Redaction
 from . import _driver
 from ._ops import PostgresOps, validate_schema_name
+from ._rls import TenantSigner
 
 __all__ = ["PostgresSaver", "AsyncPostgresSaver", "PostgresOptions"]
 
@@ -127,6 +128,17 @@ def _options(
     )
 
 
+def _signer(key: str | bytes | None, options: PostgresOptions) -> TenantSigner | None:
+    if key is None:
+        return None
+    if not options.row_level_security:
+        raise ConfigurationError(
+            "tenant_signing_key signs the tenant that row-level security checks: "
+            "pass row_level_security=True with it"
+        )
+    return TenantSigner(key, options.schema)
+
+
 class _PostgresSaverBase(DurableSaverBase):
     """What the sync and async Postgres savers share: options, operations, connector."""
 
@@ -134,6 +146,7 @@ class _PostgresSaverBase(DurableSaverBase):
     _ops: PostgresOps
     _connector: Any
     _schema_rls: bool = False  # setup() found the schema's row-level security on
+    _tenant_signer: TenantSigner | None = None
 
     def __init__(
         self,
@@ -153,6 +166,7 @@ class _PostgresSaverBase(DurableSaverBase):
         delta_chain: int = DEFAULT_MAX_CHAIN,
         row_level_security: bool = False,
         integrity: Any = None,
+        tenant_signing_key: str | bytes | None = None,
     ) -> None:
         self.options = _options(
             schema,
@@ -164,6 +178,7 @@ class _PostgresSaverBase(DurableSaverBase):
             delta_chain,
             row_level_security,
         )
+        self._tenant_signer = _signer(tenant_signing_key, self.options)
         self._init_base(serde, tenant, default_tenant, encryption, redaction, retention, integrity)
         self._conn = self._connector(conn, self.options)
 
@@ -172,7 +187,9 @@ class _PostgresSaverBase(DurableSaverBase):
 
     def _make_ops(self, codec: CheckpointCodec) -> PostgresOps:
         rls = self.options.row_level_security or self._schema_rls
-        return PostgresOps(self.options.schema, codec, self._retention_for, rls)
+        ops = PostgresOps(self.options.schema, codec, self._retention_for, rls)
+        ops.tenant_signer = self._tenant_signer
+        return ops
 
     @property
     def row_level_security(self) -> bool:
@@ -190,7 +207,12 @@ class _PostgresSaverBase(DurableSaverBase):
 
     def _setup_op(self) -> Operation[list[int]]:
         stored = self.retention.to_json() if isinstance(self.retention, Retention) else None
-        return self._ops.setup(self.options.partition_days, stored, self.options.row_level_security)
+        return self._ops.setup(
+            self.options.partition_days,
+            stored,
+            self.options.row_level_security,
+            self._tenant_signer,
+        )
 
     def _after_setup(self, applied: list[int]) -> list[int]:
         # A clone (with_allowlist) rebuilds its operations: keep what setup learned.
@@ -234,6 +256,13 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
             included), and each statement carries its call's tenant as a
             transaction-local setting, in the same round trip. Connect as a
             role that does not own the tables (``docs/security.md``).
+        tenant_signing_key: With ``row_level_security=True``: a secret (str or
+            bytes, at least 32 bytes) from which each statement's tenant is
+            signed. ``setup()`` (as the owner) stores a secret derived from it,
+            which the application role cannot read, and the policies then
+            admit a tenant only with a valid signature: SQL run as the
+            application role without the key sees no tenant's rows
+            (``docs/postgres.md``).
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:

@@ -20,6 +20,9 @@ Settings come from the environment:
 ``LGD_POSTGRES_RLS``                   ``on`` (or ``1``): row-level security
                                        (``row_level_security=True``); connect as
                                        the application role of docs/security.md
+``LGD_TENANT_SIGNING_KEY``             signed tenants (``tenant_signing_key=``, at
+                                       least 32 characters); turns row-level
+                                       security on (docs/postgres.md)
 ``LGD_RETENTION_IDLE``                 retention: ``30d`` etc.; also
                                        ``LGD_RETENTION_ABSOLUTE``,
                                        ``LGD_RETENTION_STRATEGY`` (``delete`` or
@@ -54,7 +57,10 @@ from ..errors import ConfigurationError
 from ..protect.integrity import integrity_from_env
 from .saver import AsyncPostgresSaver
 
-__all__ = ["checkpointer", "settings_from_env"]
+__all__ = ["checkpointer", "settings_from_env", "SIGNING_KEY_ENV"]
+
+#: The environment variable that holds ``tenant_signing_key`` (the CLI reads it too).
+SIGNING_KEY_ENV = "LGD_TENANT_SIGNING_KEY"
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -78,6 +84,15 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "row_level_security": env_flag(env, "LGD_POSTGRES_RLS", False),
         "setup": env_flag(env, "LGD_POSTGRES_SETUP", True),
     }
+    signing_key = env.get(SIGNING_KEY_ENV, "").strip()
+    if signing_key:
+        if not env_flag(env, "LGD_POSTGRES_RLS", True):
+            raise ConfigurationError(
+                f"{SIGNING_KEY_ENV} signs the tenant row-level security checks: "
+                "unset LGD_POSTGRES_RLS (or set it on) to use it"
+            )
+        settings["row_level_security"] = True
+        settings["tenant_signing_key"] = signing_key
     integrity = integrity_from_env(env)
     if integrity is not None:
         settings["integrity"] = integrity
