@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._core.codec import ThreadKey
-from ._core.effects import StoredEffect, request_identity, result_identity
 from ._core.retention import (
     DEFAULT_THROTTLE,
     PruneProgress,
@@ -167,28 +166,10 @@ class SaverAdmin(DurableSaverBase):
         return None
 
     def _reseal_effects(self, tenant: str, source: str, target: str) -> Generator[Any, Any, None]:
-        """Copy a thread's effect-journal entries, sealed again for the target thread."""
-        pipeline = self.pipeline
+        """Copy a thread's effect-journal entries, checked and sealed again for the target."""
         stored = yield from self._ops.effect_list(tenant, source).steps
         for entry in stored:
-            opened = self._open_effect(tenant, source, entry)
-            effect_id = entry.effect_id
-            request = pipeline.seal(request_identity(tenant, target, effect_id), opened.request)
-            result = None
-            if entry.result is not None:
-                result = pipeline.seal(result_identity(tenant, target, effect_id), opened.result)
-            copy = StoredEffect(
-                effect_id,
-                entry.state,
-                entry.token,
-                entry.attempt,
-                entry.lease_until,
-                request,
-                entry.outcome,
-                result,
-                False,
-                entry.created,
-            )
+            copy = self._reseal_effect(tenant, source, target, entry)
             yield from self._ops.effect_restore(tenant, target, copy).steps
         return None
 

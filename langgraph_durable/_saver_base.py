@@ -11,6 +11,7 @@ operation to the driver.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -32,8 +33,20 @@ from ._core.codec import (
     tenant_from_config,
     thread_key,
 )
-from ._core.effects import StoredEffect, request_identity, result_identity
+from ._core.effects import (
+    CLAIMED,
+    DONE,
+    StoredEffect,
+    claim_problem,
+    decide,
+    done_entry,
+    fresh_claim,
+    request_identity,
+    state_identity,
+    taken_over,
+)
 from ._core.filters import metadata_matches, normalize_filter
+from ._core.records import Sealed
 from ._core.retention import (
     Retention,
     RetentionPolicy,
@@ -44,8 +57,11 @@ from ._core.sansio import Operation, Sleep, select_emits
 from ._core.versions import next_version
 from .errors import (
     ConfigurationError,
+    CorruptRecordError,
     DecryptionError,
+    IntegrityError,
     InvalidInputError,
+    StorageError,
 )
 from .protect.allowlist import AllowlistSerializer, collect_schema_allowlists
 from .protect.keys import KeyManager, KeyMissing
@@ -69,6 +85,8 @@ _CLONES = 64
 # Compiled graphs hand their schema classes to the saver's with_allowlist (the
 # default serializer rebuilds only allowlisted types): see protect/allowlist.py.
 collect_schema_allowlists()
+# Attempts at taking an expired effect claim over while others change the entry.
+_TAKEOVER_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,9 @@ class _Call:
     keyed: bool = True
     opens: bool = True
     """Whether the operation opens stored records (which may need other key versions)."""
+
+
+_NO_REQUEST = Sealed("", b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,16 +337,41 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         now: float,
         takeover: bool,
     ) -> Operation[OpenedEffect]:
-        """Claim the effect derived from ``material`` (or find its entry), opened."""
+        """Claim the effect derived from ``material`` (or find its entry), opened.
+
+        A first claim is one round trip and writes the claim's sealed state
+        record. An entry found stored is opened and checked first (its state
+        record binds its clear fields, see ``state_identity``); with
+        ``takeover``, an expired claim is then taken over by a second round
+        trip, conditioned on the token just read, that seals the new claim.
+        """
 
         def claim() -> Generator[Any, Any, OpenedEffect]:
             pipeline = self.pipeline
             effect_id = pipeline.effect_id(tenant, material)
             sealed = pipeline.seal(request_identity(tenant, thread, effect_id), request)
-            entry = yield from self._ops.effect_claim(
-                tenant, thread, effect_id, sealed, lease_until, now, takeover
-            ).steps
-            return self._open_effect(tenant, thread, entry, request if entry.won else None)
+            fresh = fresh_claim(effect_id, sealed, lease_until, now)
+            state = pipeline.seal(state_identity(tenant, thread, fresh), None)
+            for _ in range(_TAKEOVER_ATTEMPTS):
+                entry = yield from self._ops.effect_claim(
+                    tenant, thread, effect_id, sealed, lease_until, now, False, state
+                ).steps
+                if entry.won:
+                    return OpenedEffect(entry, request)
+                opened = self._open_effect(tenant, thread, entry)
+                if decide(entry, now, takeover).action != "takeover":
+                    return opened
+                claim = taken_over(entry, lease_until)
+                sealed_claim = pipeline.seal(state_identity(tenant, thread, claim), None)
+                won = yield from self._ops.effect_takeover(
+                    tenant, thread, effect_id, entry.token, sealed_claim, lease_until, now
+                ).steps
+                if won is not None:
+                    return OpenedEffect(won, opened.request)
+            raise StorageError(
+                f"effect {effect_id!r} of thread {thread!r} could not be taken over in "
+                f"{_TAKEOVER_ATTEMPTS} attempts (its entry keeps changing)"
+            )
 
         return self._keyed(_Call(tenant, lambda: Operation(claim()), write=True))
 
@@ -341,17 +387,32 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
 
         return self._keyed(_Call(tenant, lambda: Operation(lookup())))
 
+    def _journal_altered(self, thread: str, effect_id: str, problem: str) -> Exception:
+        """The error for a journal entry whose shape shows it was altered (the mode's)."""
+        message = f"effect-journal entry {effect_id!r} of thread {thread!r} was altered: {problem}"
+        if self.integrity is not None:
+            return IntegrityError(message)
+        if self.encryption is not None:
+            return DecryptionError(message)
+        return CorruptRecordError(message)
+
     def _open_effect(
         self, tenant: str, thread: str, entry: StoredEffect, request: Any = None
     ) -> OpenedEffect:
+        """Check an entry's shape, open its request and its state record (which only
+        opens while the entry's clear fields are as written), and its result if done."""
         pipeline = self.pipeline
         effect_id = entry.effect_id
+        problem = claim_problem(entry)
+        if problem is not None:
+            raise self._journal_altered(thread, effect_id, problem)
+        assert entry.result is not None
         if request is None:
             request = pipeline.open(request_identity(tenant, thread, effect_id), entry.request)
-        result = None
-        if entry.result is not None:
-            result = pipeline.open(result_identity(tenant, thread, effect_id), entry.result)
-        return OpenedEffect(entry, request, result)
+        value = pipeline.open(state_identity(tenant, thread, entry), entry.result)
+        if entry.state == CLAIMED and value is not None:
+            raise self._journal_altered(thread, effect_id, "a claim carries a result")
+        return OpenedEffect(entry, request, value)
 
     def _effect_complete_op(
         self,
@@ -363,15 +424,42 @@ class DurableSaverBase(BaseCheckpointSaver[str]):
         result: Any,
         now: float,
     ) -> Operation[bool]:
-        """Record an effect's result (or terminal error) under the claim ``token``."""
+        """Record an effect's result (or terminal error) under the claim ``token``: the
+        record replaces the claim's, sealed under the outcome and the token."""
 
         def make() -> Operation[bool]:
-            sealed = self.pipeline.seal(result_identity(tenant, thread, effect_id), result)
+            claim = StoredEffect(effect_id, CLAIMED, token, token, 0.0, _NO_REQUEST)
+            done = done_entry(claim, token, outcome)
+            sealed = self.pipeline.seal(state_identity(tenant, thread, done), result)
             return self._ops.effect_complete(  # type: ignore[no-any-return]
                 tenant, thread, effect_id, token, outcome, sealed, now
             )
 
         return self._keyed(_Call(tenant, make, write=True, opens=False))
+
+    def _reseal_effect(
+        self, tenant: str, source: str, target: str, entry: StoredEffect
+    ) -> StoredEffect:
+        """``entry`` of thread ``source`` opened, checked and sealed again for ``target``."""
+        opened = self._open_effect(tenant, source, entry)
+        effect_id = entry.effect_id
+        pipeline = self.pipeline
+        request = pipeline.seal(request_identity(tenant, target, effect_id), opened.request)
+        copy = StoredEffect(
+            effect_id,
+            entry.state,
+            entry.token,
+            entry.attempt,
+            entry.lease_until,
+            request,
+            entry.outcome,
+            None,
+            False,
+            entry.created,
+        )
+        value = opened.result if entry.state == DONE else None
+        state = pipeline.seal(state_identity(tenant, target, copy), value)
+        return dataclasses.replace(copy, result=state)
 
     def _effect_delete_op(
         self, tenant: str, thread: str, effect_id: str, token: int | None

@@ -35,7 +35,12 @@ __all__ = [
     "user_key_material",
     "downstream_key",
     "request_identity",
-    "result_identity",
+    "state_identity",
+    "claim_problem",
+    "fresh_claim",
+    "taken_over",
+    "done_entry",
+    "no_takeover",
     "Decision",
     "decide",
 ]
@@ -62,7 +67,9 @@ class StoredEffect:
         lease_until: Unix seconds until which the claim holder is presumed alive.
         request: The sealed request (function name, argument digest, arguments).
         outcome: ``"ok"`` or ``"error"`` once done.
-        result: The sealed result (or recorded error) once done.
+        result: The sealed state record (see :func:`state_identity`): while
+            claimed, an empty payload sealed under the claim's state; once done,
+            the result (or recorded error) sealed under the outcome.
         won: Whether the claim call that returned this entry took the claim
             (a fresh entry or a takeover); False for an entry that was already there.
         created: Unix seconds of the first claim.
@@ -194,11 +201,91 @@ def request_identity(tenant: str, thread: str, effect_id: str) -> RecordIdentity
     )
 
 
-def result_identity(tenant: str, thread: str, effect_id: str) -> RecordIdentity:
-    """The record identity the result of an entry is sealed under."""
+def _seconds(value: float) -> str:
+    return repr(float(value))
+
+
+def state_identity(tenant: str, thread: str, entry: StoredEffect) -> RecordIdentity:
+    """The identity an entry's state record is sealed under: it names every clear field
+    a read depends on, so the record opens only while those fields are as written.
+
+    A claim binds its state, fencing token, attempt, lease and creation time; a
+    completion binds ``done``, the outcome and the token (the attempt always
+    equals the token: both start at 1 and grow together at a takeover). With
+    encryption the identity is associated data, with ``integrity=`` it is under
+    the tag: an entry flipped from ok to error, reset from done to claimed, its
+    lease shortened or its attempt rewound no longer opens.
+    """
+    if entry.state == CLAIMED:
+        version = (
+            f"claimed/{int(entry.token)}/{int(entry.attempt)}/"
+            f"{_seconds(entry.lease_until)}/{_seconds(entry.created)}"
+        )
+    else:
+        version = f"{entry.state}/{entry.outcome}/{int(entry.token)}/{int(entry.attempt)}"
     return RecordIdentity(
-        tenant, thread, "", RecordKind.EFFECT, "", effect_id, "result", EFFECT_CHANNEL
+        tenant,
+        thread,
+        "",
+        RecordKind.EFFECT,
+        "",
+        entry.effect_id,
+        "state:" + version,
+        EFFECT_CHANNEL,
     )
+
+
+def claim_problem(entry: StoredEffect) -> str | None:
+    """What is wrong with the shape of a stored entry (None when nothing is).
+
+    These are the checks that need no key: a state the saver never writes, a
+    done entry without outcome or record, a claim carrying an outcome, a
+    missing state record, an attempt count that left the token.
+    """
+    if entry.state not in (CLAIMED, DONE):
+        return f"its state is {entry.state!r}"
+    if entry.result is None:
+        return "its state record is missing"
+    if entry.state == DONE and entry.outcome not in (OK, ERROR):
+        return f"it is done with outcome {entry.outcome!r}"
+    if entry.state == CLAIMED and entry.outcome is not None:
+        return f"it is claimed but has the outcome {entry.outcome!r}"
+    if entry.token < 1 or entry.attempt != entry.token:
+        return f"its attempt {entry.attempt} does not match its token {entry.token}"
+    return None
+
+
+def fresh_claim(effect_id: str, request: Sealed, lease_until: float, now: float) -> StoredEffect:
+    """The entry a first claim writes (its state record is sealed for it)."""
+    return StoredEffect(effect_id, CLAIMED, 1, 1, float(lease_until), request, created=float(now))
+
+
+def taken_over(entry: StoredEffect, lease_until: float) -> StoredEffect:
+    """The entry a takeover of the (checked, expired) claim ``entry`` writes."""
+    return dataclasses.replace(
+        entry,
+        token=entry.token + 1,
+        attempt=entry.attempt + 1,
+        lease_until=float(lease_until),
+        result=None,
+        won=True,
+    )
+
+
+def done_entry(entry: StoredEffect, token: int, outcome: str) -> StoredEffect:
+    """The entry a completion under ``token`` leaves (what its record is sealed for)."""
+    return dataclasses.replace(
+        entry, state=DONE, token=int(token), attempt=int(token), outcome=outcome
+    )
+
+
+def no_takeover(takeover: bool) -> None:
+    """Refuse the retired ``takeover=True`` of a backend's ``effect_claim``."""
+    if takeover:
+        raise InvalidInputError(
+            "effect_claim no longer takes an expired claim over: the saver checks the "
+            "stored entry, then calls effect_takeover with the token it read"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +297,8 @@ class Decision:
     * ``"run"``: this caller holds the claim (``token``, ``attempt``); execute.
     * ``"replay"``: a result is recorded; return it (or raise the recorded error).
     * ``"wait"``: another execution holds a live lease; look again later.
+    * ``"takeover"``: a claim with no result and an expired lease that this
+      caller may take over (the saver does, conditioned on the token it read).
     * ``"ambiguous"``: a claim with no result and an expired lease, and this
       caller did not take it over (policy ``fail``).
     """
@@ -219,12 +308,16 @@ class Decision:
     attempt: int = 0
 
 
-def decide(entry: StoredEffect, now: float) -> Decision:
-    """The decision for ``entry`` as a claim returned it at time ``now``."""
+def decide(entry: StoredEffect, now: float, takeover: bool = False) -> Decision:
+    """The decision for ``entry`` as a claim returned it at time ``now``.
+
+    With ``takeover``, an expired claim decides ``"takeover"`` (the caller then
+    takes it over, conditioned on its token) instead of ``"ambiguous"``.
+    """
     if entry.won:
         return Decision("run", entry.token, entry.attempt)
     if entry.state == DONE:
         return Decision("replay", entry.token, entry.attempt)
     if entry.lease_until > now:
         return Decision("wait", entry.token, entry.attempt)
-    return Decision("ambiguous", entry.token, entry.attempt)
+    return Decision("takeover" if takeover else "ambiguous", entry.token, entry.attempt)

@@ -20,7 +20,7 @@ import builtins
 from collections.abc import Generator
 from typing import Any
 
-from .._core.effects import CLAIMED, DONE, StoredEffect
+from .._core.effects import CLAIMED, DONE, StoredEffect, no_takeover
 from .._core.records import Sealed
 from .._core.sansio import operation
 from ..errors import CorruptRecordError, InvalidInputError, StorageError
@@ -124,21 +124,23 @@ class EffectOps(ThreadOps):
         request: Sealed,
         lease_until: float,
         now: float,
-        takeover: bool,
+        takeover: bool = False,
+        state: Sealed | None = None,
     ) -> Generator[Any, Any, StoredEffect]:
-        """Claim an effect, or return its entry: one UpdateItem.
+        """Claim an effect (a fresh entry with its sealed ``state`` record), or return
+        its entry: one UpdateItem.
 
-        The update inserts a fresh entry (token and attempt 1), or, with
-        ``takeover``, takes over a claimed entry whose lease ended (token and
-        attempt +1, request and creation time kept). When its condition
-        fails, DynamoDB returns the stored entry in the same call. Only an
-        entry that expired by TTL but is still stored takes a second call: a
-        PutItem replacing it with a fresh claim.
+        The update inserts a fresh entry (token and attempt 1). When its
+        condition fails, DynamoDB returns the stored entry in the same call.
+        Only an entry that expired by TTL but is still stored takes a second
+        call: a PutItem replacing it with a fresh claim. An expired claim is
+        taken over by :meth:`effect_takeover`, after the saver checked it.
         """
+        no_takeover(takeover)
         pk, sk = thread_pk(tenant, thread), effect_sk(effect_id)
         key = {"pk": S(pk), "sk": S(sk)}
         clock = self.now()
-        _check_effect_size(request, None, effect_id)
+        _check_effect_size(request, state, effect_id)
         names = {
             "#sk": "sk",
             "#st": "state",
@@ -164,21 +166,16 @@ class EffectOps(ThreadOps):
             "#qt = if_not_exists(#qt, :qt), #q = if_not_exists(#q, :q), "
             "#cr = if_not_exists(#cr, :now)"
         )
+        if state is not None:
+            update += ", #rt = :rt, #r = :r"
+            names["#rt"], names["#r"] = "res_t", "res"
+            values[":rt"], values[":r"] = S(state.type), B(state.data)
         stamp = self._stamp(self._expiry(tenant), clock)
         if stamp:
             update += ", #ex = :ex"
             names["#ex"] = TTL_ATTRIBUTE
             values[":ex"] = stamp[TTL_ATTRIBUTE]
         condition = "attribute_not_exists(#sk)"
-        if takeover:
-            # an entry expired by TTL is not taken over (token and attempt would
-            # continue from it): it is replaced below
-            condition += (
-                " OR (#st = :claimed AND #lu <= :now"
-                " AND (attribute_not_exists(#ex) OR #ex > :clock))"
-            )
-            names["#ex"] = TTL_ATTRIBUTE
-            values[":clock"] = N(clock)
         update_params = {
             "TableName": self.table,
             "Key": key,
@@ -198,6 +195,7 @@ class EffectOps(ThreadOps):
             "req_t": S(request.type),
             "req": B(request.data),
             "created": N(now),
+            **({} if state is None else {"res_t": S(state.type), "res": B(state.data)}),
             **stamp,
         }
         put_params = {
@@ -233,6 +231,69 @@ class EffectOps(ThreadOps):
             f"could not claim effect {effect_id!r} of thread {thread!r}: "
             "its entry kept changing underneath"
         )
+
+    @operation
+    def effect_takeover(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        state: Sealed,
+        lease_until: float,
+        now: float,
+    ) -> Generator[Any, Any, StoredEffect | None]:
+        """Take an expired claim over if it still holds ``token``: one UpdateItem.
+
+        An entry expired by TTL is not taken over (a fresh claim replaces it).
+
+        Returns:
+            The entry now claimed (token and attempt + 1, ``state`` its record),
+            or None when the entry changed since it was read.
+        """
+        clock = self.now()
+        _check_effect_size(None, state, effect_id)
+        names = {
+            "#st": "state",
+            "#tok": "token",
+            "#att": "attempt",
+            "#lu": "lease_until",
+            "#rt": "res_t",
+            "#r": "res",
+            "#ex": TTL_ATTRIBUTE,
+        }
+        values = {
+            ":claimed": S(CLAIMED),
+            ":tok": N(int(token)),
+            ":one": N(1),
+            ":lu": N(lease_until),
+            ":rt": S(state.type),
+            ":r": B(state.data),
+            ":now": N(now),
+            ":clock": N(clock),
+        }
+        update = "SET #tok = #tok + :one, #att = #att + :one, #lu = :lu, #rt = :rt, #r = :r"
+        stamp = self._stamp(self._expiry(tenant), clock)
+        if stamp:
+            update += ", #ex = :ex"
+            values[":ex"] = stamp[TTL_ATTRIBUTE]
+        params = {
+            "TableName": self.table,
+            "Key": {"pk": S(thread_pk(tenant, thread)), "sk": S(effect_sk(effect_id))},
+            "UpdateExpression": update,
+            "ConditionExpression": (
+                "#st = :claimed AND #tok = :tok AND #lu <= :now "
+                "AND (attribute_not_exists(#ex) OR #ex > :clock)"
+            ),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_NEW",
+        }
+        try:
+            resp = yield from self._call("update_item", params)
+        except ConditionFailedError:
+            return None
+        return stored_effect(resp["Attributes"], won=True)
 
     @operation
     def effect_complete(

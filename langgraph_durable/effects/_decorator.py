@@ -24,6 +24,7 @@ def idempotent(
     wait: timedelta | float | None = None,
     transient: Any = None,
     journal: Any = None,
+    replay_errors: Any = (),
 ) -> Any:
     """Journal a function's (or a LangChain tool's) side effect so replays never repeat it.
 
@@ -55,6 +56,11 @@ def idempotent(
             default :func:`default_transient`.
         journal: A saver (or ``EffectJournal``) to journal in, instead of the
             running graph's checkpointer.
+        replay_errors: Exception classes of your own that a recorded error of
+            this function replays as (built again from its recorded arguments).
+            Builtin exception types and ``langgraph_durable.errors`` always do;
+            any other recorded error replays as ``EffectFailedError`` carrying
+            the original type's name (a stored name is never imported or built).
     """
     options = dict(
         name=name,
@@ -65,6 +71,7 @@ def idempotent(
         wait=wait,
         transient=transient,
         journal=journal,
+        replay_errors=replay_errors,
     )
 
     def apply(target: Any) -> Any:

@@ -10,8 +10,8 @@ wrappers only carry the requests out (``_wrap``).
 
 from __future__ import annotations
 
+import builtins
 import logging
-import sys
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -108,6 +108,8 @@ class Policy:
     lease: float
     wait: float | None  # None: until the holder's lease ends (at most twice the lease)
     transient: Callable[[BaseException], bool]
+    replay_errors: tuple[type[Exception], ...] = ()
+    """Exception classes of the caller's own that a recorded error may replay as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,34 +201,72 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
     return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc), "args": args}
 
 
-def rebuild_error(record: Any) -> BaseException:
-    """The exception a recorded terminal error replays as."""
+def _package_errors() -> dict[str, type[Exception]]:
+    from .. import errors
+
+    found: dict[str, type[Exception]] = {}
+    for value in vars(errors).values():
+        if isinstance(value, type) and issubclass(value, Exception):
+            if value.__module__ == errors.__name__:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return found
+
+
+def replayable(type_name: str, allowed: tuple[type[Exception], ...] = ()) -> type[Exception] | None:
+    """The exception class a recorded error named ``type_name`` replays as, or None.
+
+    Only the allowlist: the builtin exception types (``builtins.ValueError``,
+    ...), this package's own (``langgraph_durable.errors``), and the classes in
+    ``allowed`` (``@idempotent(replay_errors=...)``). A name is looked up, never
+    imported: nothing a stored record names is imported or called.
+    """
+    module, _, qualname = type_name.rpartition(".")
+    if module == "builtins":
+        found = vars(builtins).get(qualname)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+        return None
+    for cls in allowed:
+        if f"{cls.__module__}.{cls.__qualname__}" == type_name:
+            return cls
+    return _package_errors().get(type_name)
+
+
+def rebuild_error(record: Any, allowed: tuple[type[Exception], ...] = ()) -> BaseException:
+    """The exception a recorded terminal error replays as.
+
+    The record is data (the type's ``module.qualname``, the message, the
+    arguments as plain values). A type on the allowlist (:func:`replayable`)
+    is built again from the recorded arguments; any other replays as
+    :class:`EffectFailedError` carrying the type's name and the message.
+    """
     if not isinstance(record, dict):
         return EffectFailedError(f"recorded effect error: {record!r}")
     type_name = str(record.get("type", ""))
     message = str(record.get("message", ""))
-    module, _, qualname = type_name.rpartition(".")
-    try:
-        # Only a module this process has already imported: a stored record never makes
-        # the reader import anything (a planted type name would run that module's code).
-        target: Any = sys.modules[module]
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        if isinstance(target, type) and issubclass(target, Exception):
-            error = target(*(record.get("args") or []))
+    target = replayable(type_name, allowed)
+    stored = record.get("args")
+    args: list[Any] = stored if isinstance(stored, list) else []
+    plain = isinstance(stored, list) and all(
+        a is None or isinstance(a, (str, int, float, bool)) for a in args
+    )
+    if target is not None and plain:
+        try:
+            error = target(*args)
+        except Exception:  # noqa: BLE001 - arguments it does not take: our type below
+            pass
+        else:
             if hasattr(error, "add_note"):
                 error.add_note("(replayed from the effect journal)")
             return error
-    except Exception:  # noqa: BLE001 - any failure to rebuild falls back to our type
-        pass
     return EffectFailedError(
         f"{type_name}: {message} (replayed from the effect journal)", type_name
     )
 
 
-def _replay(opened: OpenedEffect) -> Any:
+def _replay(opened: OpenedEffect, policy: Policy) -> Any:
     if opened.entry.outcome == ERROR:
-        raise rebuild_error(opened.result)
+        raise rebuild_error(opened.result, policy.replay_errors)
     return opened.result
 
 
@@ -299,7 +339,7 @@ def effect_flow(
             if decision.action == "run":
                 break
             if decision.action == "replay":
-                return _replay(opened)
+                return _replay(opened, policy)
             if decision.action == "ambiguous":
                 raise EffectAmbiguousError(
                     f"effect {policy.name!r} (thread {thread!r}, entry {entry.effect_id}) was "
@@ -346,7 +386,7 @@ def effect_flow(
                 # the call this replay repeats: record its result here too, so a
                 # crash later in this branch finds it under this step
                 yield RunOp(complete(original.entry.outcome or OK, original.result))
-                return _replay(original)
+                return _replay(original, policy)
 
         outcome: Outcome | None = None
         if decision.attempt > 1 and callable(policy.on_ambiguous) and not policy.transactional:

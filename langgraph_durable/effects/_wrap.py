@@ -510,6 +510,7 @@ def wrap_function(
     wait: timedelta | float | None = None,
     transient: Any = None,
     journal: Any = None,
+    replay_errors: Any = (),
 ) -> Callable[..., Any]:
     """``@idempotent`` applied to a plain function (see :func:`idempotent`)."""
     if not callable(fn):
@@ -528,6 +529,14 @@ def wrap_function(
         )
     if journal is not None and not isinstance(journal, EffectJournal):
         journal = EffectJournal(journal)
+    if isinstance(replay_errors, type):
+        replay_errors = (replay_errors,)
+    if not isinstance(replay_errors, (tuple, list)) or not all(
+        isinstance(t, type) and issubclass(t, Exception) for t in replay_errors
+    ):
+        raise ConfigurationError(
+            f"replay_errors must be an exception class or a tuple of them, got {replay_errors!r}"
+        )
     lease_s = _seconds(lease, "lease")
     label = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "effect")
     policy = Policy(
@@ -537,6 +546,7 @@ def wrap_function(
         lease_s,
         None if wait is None else _seconds(wait, "wait"),
         _transient(transient),
+        tuple(replay_errors),
     )
     wrapped = _Wrapped(fn, policy, key, journal)
     tuples = _returns_tuple(fn)

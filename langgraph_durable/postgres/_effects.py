@@ -10,7 +10,7 @@ import builtins
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from .._core.effects import DONE, StoredEffect
+from .._core.effects import DONE, StoredEffect, no_takeover
 from .._core.records import Sealed
 from .._core.sansio import operation
 from ..errors import StorageError
@@ -37,26 +37,32 @@ class EffectOps(OpsBase):
     def _init_effects(self) -> None:
         """Build the journal's statements of this schema (called once, by ``PostgresOps``)."""
         s = self._s
-        # A claim in one statement: insert the entry, or take an expired claim
-        # over, or (neither) read the stored entry. ON CONFLICT locks the row
-        # even when its WHERE is false; FOR SHARE then reads the row's latest
-        # committed version, not the statement snapshot's.
+        # A claim in one statement: insert the entry or (it is there) read it.
+        # FOR SHARE reads the row's latest committed version; a row committed
+        # after the statement's snapshot is seen by the next attempt.
         effect_key = "tenant_id = %(tenant)s AND thread_id = %(thread)s AND effect_id = %(effect)s"
         self.EFFECT_CLAIM_SQL = (
             f"WITH claim AS (INSERT INTO {s}.effects AS e (tenant_id, thread_id, effect_id, "
-            "state, token, attempt, lease_until, request_type, request, created) "
-            "VALUES (%(tenant)s, %(thread)s, %(effect)s, 'claimed', 1, 1, %(lease)s, "
-            "%(r_type)s, %(r_data)b, %(now)s) "
-            "ON CONFLICT (tenant_id, thread_id, effect_id) DO UPDATE SET "
-            "token = e.token + 1, attempt = e.attempt + 1, lease_until = EXCLUDED.lease_until "
-            "WHERE %(takeover)s::boolean AND e.state = 'claimed' "
-            "AND e.lease_until <= %(now)s::double precision "
+            "state, token, attempt, lease_until, request_type, request, result_type, result, "
+            "created) VALUES (%(tenant)s, %(thread)s, %(effect)s, 'claimed', 1, 1, %(lease)s, "
+            "%(r_type)s, %(r_data)b, %(s_type)s, %(s_data)b, %(now)s) "
+            "ON CONFLICT (tenant_id, thread_id, effect_id) DO NOTHING "
             f"RETURNING {_EFFECT_COLUMNS}, true AS won) "
             "SELECT * FROM claim UNION ALL "
             "SELECT * FROM (SELECT "
             f"{_EFFECT_COLUMNS}, false AS won FROM {s}.effects "
             f"WHERE {effect_key} FOR SHARE) AS stored "
             "WHERE NOT EXISTS (SELECT 1 FROM claim)"
+        )
+        # A takeover of an expired claim the saver has read and checked: only while
+        # the entry still holds the token it read; the new claim's state record
+        # replaces the old one.
+        self.EFFECT_TAKEOVER_SQL = (
+            f"UPDATE {s}.effects SET token = token + 1, attempt = attempt + 1, "
+            "lease_until = %(lease)s, result_type = %(s_type)s, result = %(s_data)b "
+            f"WHERE {effect_key} AND state = 'claimed' AND token = %(token)s "
+            "AND lease_until <= %(now)s::double precision "
+            f"RETURNING {_EFFECT_COLUMNS}"
         )
         self.EFFECT_COMPLETE_SQL = (
             f"UPDATE {s}.effects SET state = 'done', outcome = %(outcome)s, "
@@ -97,22 +103,26 @@ class EffectOps(OpsBase):
         request: Sealed,
         lease_until: float,
         now: float,
-        takeover: bool,
+        takeover: bool = False,
+        state: Sealed | None = None,
     ) -> Generator[Any, Any, StoredEffect]:
-        """Claim an effect: a fresh entry, a takeover of an expired claim, or the stored entry.
+        """Claim an effect: a fresh entry (with its sealed ``state`` record), or the stored one.
 
         One statement (a second only when a concurrent first claim committed
-        after the statement's snapshot was taken).
+        after the statement's snapshot was taken). An expired claim is taken
+        over by :meth:`effect_takeover`, after the saver checked it.
         """
+        no_takeover(takeover)
         params = {
             "tenant": tenant,
             "thread": thread,
             "effect": effect_id,
             "lease": float(lease_until),
             "now": float(now),
-            "takeover": bool(takeover),
             "r_type": request.type,
             "r_data": request.data,
+            "s_type": None if state is None else state.type,
+            "s_data": None if state is None else state.data,
         }
         for _ in range(CLAIM_ATTEMPTS):
             row = yield Query(self.EFFECT_CLAIM_SQL, params, "one")
@@ -122,6 +132,40 @@ class EffectOps(OpsBase):
             f"effect {effect_id!r} of thread {thread!r} could be neither claimed nor read "
             f"in {CLAIM_ATTEMPTS} attempts (it keeps being deleted and claimed concurrently)"
         )
+
+    @operation
+    @tenant_scoped
+    def effect_takeover(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        state: Sealed,
+        lease_until: float,
+        now: float,
+    ) -> Generator[Any, Any, StoredEffect | None]:
+        """Take an expired claim over if it still holds ``token``; one statement.
+
+        Returns:
+            The entry now claimed (token and attempt + 1, ``state`` its record),
+            or None when the entry changed since it was read.
+        """
+        row = yield Query(
+            self.EFFECT_TAKEOVER_SQL,
+            {
+                "tenant": tenant,
+                "thread": thread,
+                "effect": effect_id,
+                "token": int(token),
+                "lease": float(lease_until),
+                "now": float(now),
+                "s_type": state.type,
+                "s_data": state.data,
+            },
+            "one",
+        )
+        return None if row is None else _effect(effect_id, row, True)
 
     @operation
     @tenant_scoped

@@ -16,14 +16,21 @@ import secrets
 from collections.abc import Generator
 from typing import Any
 
-from .._core.effects import StoredEffect
+from .._core.effects import StoredEffect, no_takeover
 from .._core.records import Sealed
 from .._core.sansio import operation
 from ._base import OpsBase
 from ._keys import EFFECT_FIELDS, _effect_id, _ident
 from ._records import _decode_effect, _effect_args, _text, _time
 from ._requests import Command, Script
-from ._scripts import EFFECT_CLAIM, EFFECT_COMPLETE, EFFECT_DELETE, EFFECT_PAGE, EFFECT_WRITE
+from ._scripts import (
+    EFFECT_CLAIM,
+    EFFECT_COMPLETE,
+    EFFECT_DELETE,
+    EFFECT_PAGE,
+    EFFECT_TAKEOVER,
+    EFFECT_WRITE,
+)
 
 __all__ = ["EffectOps"]
 
@@ -56,13 +63,16 @@ class EffectOps(OpsBase):
         request: Sealed,
         lease_until: float,
         now: float,
-        takeover: bool,
+        takeover: bool = False,
+        state: Sealed | None = None,
     ) -> Generator[Any, Any, StoredEffect]:
-        """Claim an effect: a fresh entry, a takeover of an expired claim, or the stored entry.
+        """Claim an effect: a fresh entry (with its sealed ``state`` record), or the stored one.
 
-        One script, one round trip. A claim (fresh or takeover) is a write: it
-        restarts the thread's TTL, entries included.
+        One script, one round trip. A fresh claim is a write: it restarts the
+        thread's TTL, entries included. An expired claim is taken over by
+        :meth:`effect_takeover`, after the saver checked it.
         """
+        no_takeover(takeover)
         effect_id, keys = self._effect_keys(tenant, thread, effect_id)
         write_spec, read_spec = self._specs(_ident(tenant, "tenant id"))
         reply = yield Script(
@@ -74,13 +84,48 @@ class EffectOps(OpsBase):
                 effect_id,
                 _time(lease_until, "lease_until"),
                 _time(now, "now"),
-                "1" if takeover else "0",
+                "" if state is None else _ident(state.type, "state type"),
+                b"" if state is None else bytes(state.data),
                 _ident(request.type, "request type"),
                 bytes(request.data),
                 _call_id(),
             ),
         )
         return _decode_effect(effect_id, reply[1:], bool(int(reply[0])))
+
+    @operation
+    def effect_takeover(
+        self,
+        tenant: str,
+        thread: str,
+        effect_id: str,
+        token: int,
+        state: Sealed,
+        lease_until: float,
+        now: float,
+    ) -> Generator[Any, Any, StoredEffect | None]:
+        """Take an expired claim over if it still holds ``token``; one round trip.
+
+        Returns:
+            The entry now claimed (token and attempt + 1, ``state`` its record),
+            or None when the entry changed since it was read.
+        """
+        effect_id, keys = self._effect_keys(tenant, thread, effect_id)
+        reply = yield Script(
+            EFFECT_TAKEOVER,
+            keys,
+            (
+                self._write_spec(_ident(tenant, "tenant id")),
+                effect_id,
+                str(int(token)),
+                _time(lease_until, "lease_until"),
+                _time(now, "now"),
+                _ident(state.type, "state type"),
+                bytes(state.data),
+                _call_id(),
+            ),
+        )
+        return None if not reply else _decode_effect(effect_id, reply, True)
 
     @operation
     def effect_complete(

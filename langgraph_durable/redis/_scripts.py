@@ -110,6 +110,7 @@ INDEX_FORGET = load_script("index_forget")
 SWAP_DATA_KEYS = load_script("swap_data_keys")
 DROP = load_script("drop")
 EFFECT_CLAIM = load_script("effect_claim")
+EFFECT_TAKEOVER = load_script("effect_takeover")
 EFFECT_COMPLETE = load_script("effect_complete")
 EFFECT_DELETE = load_script("effect_delete")
 EFFECT_PAGE = load_script("effect_page")
@@ -140,6 +141,7 @@ SCRIPTS: tuple[LuaScript, ...] = (
     SWAP_DATA_KEYS,
     DROP,
     EFFECT_CLAIM,
+    EFFECT_TAKEOVER,
     EFFECT_COMPLETE,
     EFFECT_DELETE,
     EFFECT_PAGE,

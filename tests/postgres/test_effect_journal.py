@@ -19,6 +19,7 @@ from tests.helpers import cfg, put_chain
 T = "acme"  # the tenant of most entries
 REQ = Sealed("json", b'{"fn": "charge", "args": [1]}')
 RES = Sealed("json", b'{"charged": true}')
+STATE = Sealed("json", b"null")  # a claim's state record, as a takeover writes it
 
 
 class Journal:
@@ -55,8 +56,17 @@ class Journal:
         tenant: str = T,
         request: Sealed = REQ,
     ) -> StoredEffect:
-        op = self.ops.effect_claim(tenant, thread, effect_id, request, lease_until, now, takeover)
-        return await self.run(op)  # type: ignore[no-any-return]
+        op = self.ops.effect_claim(tenant, thread, effect_id, request, lease_until, now)
+        entry: StoredEffect = await self.run(op)
+        if takeover and not entry.won and entry.state == "claimed" and entry.lease_until <= now:
+            # what the saver does once it checked the entry: a takeover under its token
+            taken = await self.run(
+                self.ops.effect_takeover(
+                    tenant, thread, effect_id, entry.token, STATE, lease_until, now
+                )
+            )
+            return taken if taken is not None else entry
+        return entry
 
     async def complete(
         self,
@@ -122,7 +132,7 @@ async def test_an_expired_lease_is_taken_over_only_when_asked(journal: Journal) 
         "e1", lease_until=300.0, now=100.0, takeover=True, request=Sealed("x", b"new")
     )
     assert taken == StoredEffect(
-        "e1", "claimed", 2, 2, 300.0, REQ, None, None, won=True, created=10.0
+        "e1", "claimed", 2, 2, 300.0, REQ, None, STATE, won=True, created=10.0
     )
     again = await journal.claim("e1", lease_until=900.0, now=400.0, takeover=True)
     assert (again.won, again.token, again.attempt, again.lease_until) == (True, 3, 3, 900.0)
@@ -337,7 +347,7 @@ def _claim_at_once(saver: PostgresSaver, effect_id: str, workers: int) -> list[S
         try:
             barrier.wait()
             req = Sealed("json", str(n).encode())
-            op = saver._ops.effect_claim(T, "t", effect_id, req, 100.0, 10.0, True)
+            op = saver._ops.effect_claim(T, "t", effect_id, req, 100.0, 10.0)
             results.append(saver._run(op))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
