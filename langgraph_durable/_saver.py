@@ -196,13 +196,15 @@ class SyncSaverMethods(SaverAdmin):
                 checkpoint_id, reason).
             progress: Called with the running report after each thread.
             page: Threads read per page while walking the store.
-            heads: Heads anchored outside the store
-                (``langgraph_durable._core.audit.Head``, as ``on_head`` gave
-                them): each must still be found in its thread (or removed by a
-                signed trim), else it is a broken link. This detects removal of
-                a thread's newest checkpoints, which the chain alone cannot.
-            on_head: Called with each checked thread's heads (the newest
-                checkpoint of each namespace and its digest), to anchor them.
+            heads: Heads anchored outside the store (as ``on_head`` gave
+                them, or their ``to_json()`` dicts): each must still be found
+                in its thread (or removed by a signed trim), else it is a
+                broken link. This detects removal of a thread's newest
+                checkpoints, or of a whole thread, which the chain alone cannot.
+            on_head: Called with each checked thread's heads
+                (``langgraph_durable._core.audit.Head``: tenant, thread, ns,
+                checkpoint_id, digest; ``to_json()``), the newest checkpoint
+                of each namespace and its chain digest, to keep elsewhere.
 
         Returns:
             The counts; ``report.ok`` is False when a link is broken.

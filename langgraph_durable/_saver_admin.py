@@ -230,9 +230,16 @@ def _verify_steps(
     started = time.monotonic()
     anchored: dict[tuple[str, str], list[Head]] = {}
     scope_tenant = tenant_id or (saver.default_tenant if thread_id is not None else None)
-    for head in heads or ():
-        if not isinstance(head, Head):
-            raise InvalidInputError(f"heads= takes the Head items verify exports, got {head!r}")
+    for given in heads or ():
+        if isinstance(given, Head):
+            head = given
+        elif isinstance(given, dict):  # the JSON form (Head.to_json, --print-heads --json)
+            head = Head.from_json(given)
+        else:
+            raise InvalidInputError(
+                f"heads= takes the heads verify exports (Head, or its to_json() dict), got "
+                f"{given!r}"[:300]
+            )
         if (scope_tenant is None or head.tenant == scope_tenant) and (
             thread_id is None or head.thread == thread_id
         ):
