@@ -14,6 +14,7 @@ from savers import (
     REDACTION_PAIRS,
     RLS_PAIRS,
     SAME_PAIRS,
+    SIGNED_PAIRS,
     SPECS,
 )
 
@@ -163,7 +164,13 @@ def ratios(doc: dict[str, Any], summary: dict[str, dict[str, Any]]) -> dict[str,
     """
     out: dict[str, Any] = {}
     for ours, up in (
-        PAIRS + ENCRYPTION_PAIRS + REDACTION_PAIRS + INTEGRITY_PAIRS + RLS_PAIRS + SAME_PAIRS
+        PAIRS
+        + ENCRYPTION_PAIRS
+        + REDACTION_PAIRS
+        + INTEGRITY_PAIRS
+        + RLS_PAIRS
+        + SIGNED_PAIRS
+        + SAME_PAIRS
     ):
         if ours not in summary or up not in summary:
             continue
@@ -192,6 +199,7 @@ def ratio_lines(rat: dict[str, Any]) -> list[str]:
     twins |= {f"{t} vs {p}": ("redacted", "redaction") for t, p in REDACTION_PAIRS}
     twins |= {f"{t} vs {p}": ("chained", "the hash chain") for t, p in INTEGRITY_PAIRS}
     twins |= {f"{t} vs {p}": ("with RLS", "row-level security") for t, p in RLS_PAIRS}
+    twins |= {f"{t} vs {p}": ("signed", "signed tenants") for t, p in SIGNED_PAIRS}
     twins |= {f"{t} vs {p}": ("twin", "nothing: noise") for t, p in SAME_PAIRS}
     for pair, vals in rat.items():
         digits = 3 if pair in twins else 2

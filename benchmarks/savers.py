@@ -28,6 +28,7 @@ class SaverSpec:
     redacted: bool = False  # ours with redaction=Redaction(): every built-in detector, mask
     rls: bool = False  # ours (PostgreSQL) with RLS on, as an app role: see rls_app_url
     integrity: bool = False  # ours with integrity= (record tags and the hash chain)
+    signed: bool = False  # an RLS saver with tenant_signing_key= (signed tenants)
 
     def kwargs(self) -> dict[str, Any]:
         """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
@@ -35,6 +36,8 @@ class SaverSpec:
         out: dict[str, Any] = {"encryption": encryption()} if self.encrypted else {}
         if self.rls:
             out["row_level_security"] = True
+        if self.signed:
+            out["tenant_signing_key"] = _SIGNING_KEY
         if self.integrity:
             out["integrity"] = _CHAIN_KEY
         if self.redacted:
@@ -46,6 +49,8 @@ class SaverSpec:
 
 # The chain key of the integrity twins (fresh per run).
 _CHAIN_KEY = os.urandom(32)
+# The tenant signing key of the signed RLS twins (fresh per run).
+_SIGNING_KEY = os.urandom(32)
 
 
 def encryption() -> Any:
@@ -125,6 +130,15 @@ SPECS.update(
     }
 )
 
+# ... and their twins with signed tenants ("ours-rls-signed", "ours-async-rls-signed").
+SIGNED: dict[str, str] = {rls: f"{rls}-signed" for rls in RLS.values()}
+SPECS.update(
+    {
+        t: replace(SPECS[n], name=t, label=f"{SPECS[n].label}, signed tenants", signed=True)
+        for n, t in SIGNED.items()
+    }
+)
+
 # Our PostgreSQL savers' identical twins, "<name>-same": an A/A comparison. Their ratio
 # to the original is 1 but for one run's noise, which is what reading a twin's ratio
 # above (a cost of a few %) needs to know.
@@ -152,6 +166,8 @@ REDACTION_PAIRS: list[tuple[str, str]] = [(red, plain) for plain, red in REDACTE
 
 # Each saver with row-level security next to its twin without (ratios are RLS / plain).
 RLS_PAIRS: list[tuple[str, str]] = [(rls, plain) for plain, rls in RLS.items()]
+# Each saver with signed tenants next to its plain-RLS twin (ratios are signed / RLS).
+SIGNED_PAIRS: list[tuple[str, str]] = [(t, rls) for rls, t in SIGNED.items()]
 # Each saver with integrity= next to its twin without (ratios are chained / plain).
 INTEGRITY_PAIRS: list[tuple[str, str]] = [(t, plain) for plain, t in INTEGRITY.items()]
 # Each identical twin next to its original (the ratio is noise).
@@ -203,7 +219,7 @@ def drop_schema(url: str, schema: str) -> None:
 _RLS_APP_ROLE = f"lgd_bench_app_{os.getpid()}"
 
 
-def rls_app_url(url: str, schema: str) -> str:
+def rls_app_url(url: str, schema: str, signing_key: bytes | None = None) -> str:
     """Set ``schema`` up with row-level security and return the URL of an application role.
 
     The run's own role (a superuser by default) owns the schema and runs
@@ -211,6 +227,7 @@ def rls_app_url(url: str, schema: str) -> str:
     ``lgd_bench_app_<pid>``, a role made here (once, dropped at exit) that owns nothing
     and has the grants of docs/security.md, so that the policies apply to it (a
     superuser or the owner of a table with RLS forced off would skip them).
+    ``signing_key``: setup() stores it (signed tenants).
     """
     import atexit
 
@@ -228,7 +245,7 @@ def rls_app_url(url: str, schema: str) -> str:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(app))
             atexit.register(_drop_rls_role, url)
     with PostgresSaver.from_conn_string(
-        url, schema=schema, row_level_security=True, pool_size=1
+        url, schema=schema, row_level_security=True, pool_size=1, tenant_signing_key=signing_key
     ) as saver:
         saver.setup()
     with admin_connect(url) as conn:
@@ -363,7 +380,7 @@ def open_sync(spec: SaverSpec, url: str, schema: str, pool_size: int) -> Iterato
         from langgraph_durable.postgres import PostgresSaver as OursSaver
 
         if spec.rls:
-            url = rls_app_url(url, schema)
+            url = rls_app_url(url, schema, spec.kwargs().get("tenant_signing_key"))
         pool = ConnectionPool(url, min_size=pool_size, max_size=pool_size, open=True)
         try:
             pool.wait()
@@ -402,7 +419,7 @@ async def open_async(spec: SaverSpec, url: str, schema: str, pool_size: int) -> 
         from langgraph_durable.postgres import AsyncPostgresSaver as OursAsync
 
         if spec.rls:
-            url = rls_app_url(url, schema)
+            url = rls_app_url(url, schema, spec.kwargs().get("tenant_signing_key"))
         pool = AsyncConnectionPool(url, min_size=pool_size, max_size=pool_size, open=False)
         await pool.open(wait=True)
         try:

@@ -444,3 +444,16 @@ def test_ensure_partitions_refuses_far_epochs_to_the_app_role(
     # the owner (who could create the table itself) is not limited
     with psycopg.connect(roles.url(roles.owner), autocommit=True) as conn:
         conn.execute(ensure, (current - 30,))
+
+
+@pytest.mark.parametrize("tenant", ["a\\b", "\\x41", "t'1", "é€😀", "x" * 300])
+def test_tenants_of_any_text_sign_and_check_alike(
+    roles: Roles, seeded_schema: str, tenant: str
+) -> None:
+    """The database hashes exactly the UTF-8 bytes the saver signed (backslashes, quotes,
+    a bytea hex prefix, non-ASCII text): the saver reads its own rows back."""
+    with keyed_saver(roles, seeded_schema) as saver:
+        put_chain(saver, "odd", 1, tenant_id=tenant)
+        assert saver.get_tuple(cfg("odd", tenant_id=tenant)) is not None
+    settings = {TENANT_SETTING: tenant, SIGNATURE_SETTING: TenantSigner(KEY, seeded_schema)(tenant)}
+    assert seen_as_app(roles, seeded_schema, settings)["threads"] == {tenant}
