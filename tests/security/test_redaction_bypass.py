@@ -28,7 +28,6 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Annotated, Any
 
 import pytest
@@ -193,10 +192,6 @@ def check(dump: bytes, state: Any, redacted: bool) -> None:
 
 def _redaction(redacted: bool) -> Redaction | None:
     return Redaction() if redacted else None
-
-
-Opener = Callable[[bool], AbstractContextManager[Any]]
-AsyncOpener = Callable[[bool], AbstractAsyncContextManager[Any]]
 
 
 class Backend:
