@@ -448,6 +448,32 @@ def test_deleting_a_whole_entry_runs_the_effect_again(
         assert charges.runs == {"a": 2, "b": 1}
 
 
+@pytest.mark.parametrize("mode", ["encryption", "encryption+integrity"])
+def test_a_live_claim_whose_lease_was_shortened_is_not_taken_over(
+    spec: SaverSpec, raw: RawJournal, flavour: str, mode: str
+) -> None:
+    """A claim still running, its clear lease cut short: the next claim would take it over
+    (and run the effect a second time) but the claim's sealed record no longer opens."""
+    options, error = MODES[mode]
+    with Runner(flavour, spec, **options()) as runner:
+        journal = runner.journal()
+        saver = runner.saver
+        thread = f"lease-{uuid.uuid4().hex[:8]}"
+        held = journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 1e12, 1.0, True))
+        assert held.entry.won and held.entry.token == 1
+        raw.set(thread, held.entry.effect_id, lease_until="2.0")
+        with pytest.raises(error):
+            journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 1e12, 5.0, True))
+        assert _text(raw.get(thread, held.entry.effect_id)["token"]) == "1"  # not taken over
+        # the control: a claim whose lease really ended is taken over (crash recovery)
+        thread = f"lease-ok-{uuid.uuid4().hex[:8]}"
+        journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 2.0, 1.0, True))
+        taken = journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 9.0, 5.0, True))
+        assert taken.entry.won and (taken.entry.token, taken.entry.attempt) == (2, 2)
+        again = journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 9.0, 6.0, True))
+        assert not again.entry.won and again.entry.lease_until == 9.0  # its record opens
+
+
 # ---- planted error types ---------------------------------------------------------------
 
 
