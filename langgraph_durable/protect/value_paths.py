@@ -81,14 +81,30 @@ def _surrogate(text: str) -> bool:
     return False
 
 
+_LEAVES = (int, float, bool, bytes, bytearray, type(None))
+
+
 def has_lone_surrogate(value: Any) -> bool:
     """Whether a string anywhere in ``value`` (keys included) holds a lone surrogate."""
     stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if _surrogate(node):
+        node = pop()
+        kind = type(node)
+        if kind is str:
+            if not node.isascii() and _surrogate(node):
                 return True
+        elif kind is dict:
+            extend(node.values())
+            extend(node)
+        elif kind is list or kind is tuple:
+            extend(node)
+        elif kind in _LEAVES:
             continue
-        stack.extend(child for _segment, child in _children(node))
+        elif isinstance(node, str):
+            push(str(node))
+        elif hasattr(node, "__pydantic_fields_set__"):
+            extend(vars(node).values())
+        else:
+            extend(child for _segment, child in _children(node))
     return False
