@@ -18,8 +18,6 @@ __all__ = ["RecordPipeline", "IdentityPipeline"]
 
 _SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
 
-_SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
-
 
 class IdentityPipeline:
     """Serialize only: no redaction, no encryption.
