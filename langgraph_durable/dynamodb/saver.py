@@ -434,7 +434,9 @@ class DynamoDBSaver(SyncSaverMethods, _DynamoDBSaverBase):
             like the DynamoDB client (same region and endpoint options).
         options: A :class:`DynamoDBOptions`; or pass its fields as keyword
             settings instead (``table=...``, ``ttl=...``).
-        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        serde: LangGraph serializer (default: ``AllowlistSerializer`` of
+            ``langgraph_durable.protect.allowlist``: LangGraph's format, and reads
+            rebuild only allowlisted types; a serializer given here is used as is).
         tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
             tenant id, or a callable ``(config) -> tenant id``.
         clock: Seconds since the epoch (default ``time.time``); for tests of TTL.

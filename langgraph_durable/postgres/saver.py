@@ -228,7 +228,9 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
             ``ConnectionPool(url)`` works: no row factory or autocommit needed),
             or a URL, for which the saver opens and owns a pool.
         schema: Schema for the saver's tables.
-        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        serde: LangGraph serializer (default: ``AllowlistSerializer`` of
+            ``langgraph_durable.protect.allowlist``: LangGraph's format, and reads
+            rebuild only allowlisted types; a serializer given here is used as is).
         tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
             tenant id, or a callable ``(config) -> tenant id``.
         default_tenant: Tenant used when a call names none.

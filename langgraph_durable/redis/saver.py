@@ -243,7 +243,9 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
             (and warns); giving both is a ``ConfigurationError``.
         refresh_ttl_on_read: Whether reads also count as writes for retention
             (they restart a thread's idle time).
-        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        serde: LangGraph serializer (default: ``AllowlistSerializer`` of
+            ``langgraph_durable.protect.allowlist``: LangGraph's format, and reads
+            rebuild only allowlisted types; a serializer given here is used as is).
         tenant: None (read ``config["configurable"]["tenant_id"]``), a fixed
             tenant id, or a callable ``(config) -> tenant id``.
         default_tenant: Tenant used when a call names none.
