@@ -7,6 +7,7 @@ verifying before deserializing). Without settings it serializes only
 every payload is encrypted and bound to its record identity.
 """
 
+from .allowlist import AllowlistSerializer
 from .encryption import Encryption, EncryptionPipeline
 from .keyring import KeyProvider, KmsKeyring, LocalKeyring
 from .pipeline import IdentityPipeline
@@ -14,6 +15,7 @@ from .redaction import Redaction, RedactionPipeline, Rule
 from .serde import EnvelopeSerializer
 
 __all__ = [
+    "AllowlistSerializer",
     "Encryption",
     "EncryptionPipeline",
     "EnvelopeSerializer",

@@ -22,6 +22,7 @@ header as associated data.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import threading
@@ -31,9 +32,9 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..errors import DecryptionError
+from .allowlist import AllowlistSerializer
 from .keyring import KeyProvider
 
 __all__ = ["EnvelopeSerializer", "SERIALIZED_TYPE"]
@@ -49,8 +50,11 @@ class EnvelopeSerializer:
 
     Args:
         keyring: Wraps the data key (:class:`LocalKeyring`, :class:`KmsKeyring`).
-        serde: The serializer whose output is encrypted (default: LangGraph's
-            ``JsonPlusSerializer``).
+        serde: The serializer whose output is encrypted (default:
+            :class:`~langgraph_durable.protect.allowlist.AllowlistSerializer`, which
+            rebuilds only allowlisted types; pass ``AllowlistSerializer(allowed=[...])``
+            for your own classes when the saver does not hand a graph's schema classes
+            to its serializer).
         tenant: The tenant the keyring wraps the data key for (selects the KMS
             key of a per-tenant ``KmsKeyring``; part of the wrap's context).
         allow_plaintext: Read values that were stored before encryption was
@@ -66,7 +70,7 @@ class EnvelopeSerializer:
         allow_plaintext: bool = False,
     ) -> None:
         self.keyring = keyring
-        self.serde = serde if serde is not None else JsonPlusSerializer()
+        self.serde = serde if serde is not None else AllowlistSerializer()
         self.tenant = tenant
         self.allow_plaintext = allow_plaintext
         self._lock = threading.Lock()
@@ -98,6 +102,20 @@ class EnvelopeSerializer:
         nonce = os.urandom(_NONCE)
         body = aead.encrypt(nonce, bytes((len(tag),)) + tag + data, header)
         return SERIALIZED_TYPE, header + nonce + body
+
+    def with_msgpack_allowlist(self, extra_allowlist: Any) -> EnvelopeSerializer:
+        """A copy whose inner serializer also rebuilds ``extra_allowlist`` (what
+        ``BaseCheckpointSaver.with_allowlist`` calls with a graph's schema classes);
+        the copy shares this one's data key."""
+        extend = getattr(self.serde, "with_msgpack_allowlist", None)
+        if not callable(extend):
+            return self
+        inner = extend(extra_allowlist)
+        if inner is self.serde:
+            return self
+        clone = copy.copy(self)
+        clone.serde = inner
+        return clone
 
     def _opener(self, key_id: str, wrapped: bytes) -> AESGCM:
         digest = hashlib.sha256(wrapped).digest()

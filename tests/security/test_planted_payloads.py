@@ -378,3 +378,34 @@ async def test_a_graphs_own_types_round_trip_async(
         await graph.ainvoke(START_STATE, config)
         assert await graph.ainvoke({"mood": Mood.CALM}, config) == AFTER_TWO
         assert (await _graph(saver).aget_state(config)).values == AFTER_TWO
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_envelope_serializer_plaintext_migration_runs_nothing(canary: Canary, kind: str) -> None:
+    """``EnvelopeSerializer`` (for upstream savers) decodes through the allowlist too: a
+    plaintext record planted while ``allow_plaintext=True`` imports and calls nothing."""
+    from langgraph_durable.errors import CorruptRecordError
+    from langgraph_durable.protect import EnvelopeSerializer
+
+    serde = EnvelopeSerializer(LocalKeyring({"k1": os.urandom(32)}, "k1"), allow_plaintext=True)
+    with pytest.raises(CorruptRecordError):
+        serde.loads_typed(payloads(canary.module)[kind])
+    assert canary.untouched()
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def test_envelope_serializer_takes_a_graphs_allowlist() -> None:
+    from langgraph_durable.errors import CorruptRecordError
+    from langgraph_durable.protect import EnvelopeSerializer
+
+    serde = EnvelopeSerializer(LocalKeyring({"k1": os.urandom(32)}, "k1"))
+    stored = serde.dumps_typed(Point(3))
+    with pytest.raises(CorruptRecordError):
+        serde.loads_typed(stored)
+    widened = serde.with_msgpack_allowlist([(HERE, "Point")])
+    assert widened is not serde and widened.serde is not serde.serde
+    assert widened.loads_typed(stored) == Point(3)
