@@ -113,6 +113,12 @@ class IdentityPipeline:
             f"{identity.thread!r}): {why}"
         )
 
+    def tampered(self, why: str) -> Exception:
+        return CorruptRecordError(why)
+
+    def index_settings(self) -> dict[str, Any] | None:
+        return None
+
     def effect_id(self, tenant: str, material: bytes) -> str:
         return hashlib.sha256(material).hexdigest()[:40]
 
