@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInputError
+from ..errors import DurableError, InvalidInputError
 from .records import RecordIdentity, RecordKind, Sealed
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "taken_over",
     "done_entry",
     "no_takeover",
+    "audit_entry",
     "Decision",
     "decide",
 ]
@@ -277,6 +278,26 @@ def done_entry(entry: StoredEffect, token: int, outcome: str) -> StoredEffect:
     return dataclasses.replace(
         entry, state=DONE, token=int(token), attempt=int(token), outcome=outcome
     )
+
+
+def audit_entry(chain: Any, tenant: str, thread: str, entry: StoredEffect) -> str | None:
+    """What is wrong with one stored entry, seen with the chain key alone (no data key):
+    its shape, and the integrity tags of its request and its state record (for
+    ``langgraph-durable verify``). None when it holds.
+
+    Args:
+        chain: The saver's ``ChainKey`` (``integrity=``); its ``check`` raises on a bad tag.
+    """
+    problem = claim_problem(entry)
+    if problem is not None:
+        return f"effect-journal entry {entry.effect_id!r} of thread {thread!r}: {problem}"
+    assert entry.result is not None
+    try:
+        chain.check(request_identity(tenant, thread, entry.effect_id), entry.request)
+        chain.check(state_identity(tenant, thread, entry), entry.result)
+    except DurableError as exc:
+        return f"effect-journal entry {entry.effect_id!r} of thread {thread!r}: {exc}"
+    return None
 
 
 def no_takeover(takeover: bool) -> None:

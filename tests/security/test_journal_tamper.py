@@ -35,6 +35,7 @@ from langgraph.types import Command, interrupt
 from psycopg import sql
 from typing_extensions import TypedDict
 
+from langgraph_durable._core.effects import audit_entry
 from langgraph_durable.dynamodb._effects import effect_sk
 from langgraph_durable.dynamodb._items import thread_pk
 from langgraph_durable.effects import idempotent
@@ -472,6 +473,32 @@ def test_a_live_claim_whose_lease_was_shortened_is_not_taken_over(
         assert taken.entry.won and (taken.entry.token, taken.entry.attempt) == (2, 2)
         again = journal.run(saver._effect_claim_op(TENANT, thread, b"m", {"x": 1}, 9.0, 6.0, True))
         assert not again.entry.won and again.entry.lease_until == 9.0  # its record opens
+
+
+def test_the_chain_key_alone_finds_every_detected_edit(spec: SaverSpec, raw: RawJournal) -> None:
+    """``audit_entry`` (for ``verify``: the chain key, no data key) finds each edit the
+    reads find with ``integrity=``, and nothing in untouched entries."""
+    options, _ = MODES["encryption+integrity"]
+    with Runner("sync", spec, **options()) as runner:
+        saver = runner.saver
+        app = graph(Charges(False), saver, False)
+        tag = uuid.uuid4().hex[:8]
+
+        def audit(thread: str) -> list[str]:
+            entries = saver._run(saver._ops.effect_list(TENANT, thread))
+            found = [audit_entry(saver.integrity, TENANT, thread, e) for e in entries]
+            return [f for f in found if f is not None]
+
+        runner.invoke(app, {}, cfg(f"control-{tag}"))
+        assert audit(f"control-{tag}") == []
+        missed = []
+        for name, (edit, _detected) in EDITS.items():
+            thread = f"audit-{name}-{tag}"
+            runner.invoke(app, {}, cfg(thread))
+            edit(raw, thread, _ids(runner, thread))
+            if not audit(thread):
+                missed.append(name)
+        assert missed == []
 
 
 # ---- planted error types ---------------------------------------------------------------
