@@ -1109,6 +1109,24 @@ def find_spans(text: str, detectors: Sequence[Detector]) -> list[Span]:
     return _find(text, detectors)
 
 
+class _OneForOne(dict[int, int | str]):
+    """A ``str.translate`` table: each character to its NFKC form when that is one
+    character (``＠`` to ``@``, ``４`` to ``4``), else to itself; filled as characters
+    are met (at most ``_FOLD_CACHE`` of them are kept)."""
+
+    def __missing__(self, code: int) -> int | str:
+        char = chr(code)
+        folded = unicodedata.normalize("NFKC", char)
+        value: int | str = folded if len(folded) == 1 and folded != char else code
+        if len(self) < _FOLD_CACHE:
+            self[code] = value
+        return value
+
+
+_FOLD_CACHE = 65536
+_ONE_FOR_ONE = _OneForOne()
+
+
 def _fold(text: str) -> tuple[str, list[int], list[int]] | None:
     """``text`` in NFKC form, with each of its characters' span in ``text``.
 
@@ -1140,12 +1158,17 @@ def _fold(text: str) -> tuple[str, list[int], list[int]] | None:
 def _find_folded(text: str, detectors: Sequence[Detector]) -> list[Span]:
     """Spans of ``text`` found on its NFKC form.
 
-    A finding covers every original character any of its characters came from
+    Most such texts fold one character for one (full-width forms, mathematical
+    digits): found with :meth:`str.translate` and scanned with the same indices.
+    Otherwise a finding covers every original character any of its characters came from
     (a character that folds into several, such as ``㎖``, is masked whole if
     part of it is in a finding), and findings that then overlap are merged.
     When the NFKC form cannot be mapped back (:func:`_fold` gives None), a
     finding masks the whole text.
     """
+    quick = text.translate(_ONE_FOR_ONE)
+    if quick == unicodedata.normalize("NFKC", text):
+        return _find(quick, detectors)  # one character for one: the same indices
     folded = _fold(text)
     if folded is None:
         found = _find(unicodedata.normalize("NFKC", text), detectors)
