@@ -210,3 +210,23 @@ def test_messages_seen_before_are_not_walked_again_unless_changed() -> None:
     assert changed[0].content == "now call +1 415 555 0132"
     stored = p.serialize(blob("messages"), [msg])
     assert "+1 415" not in str(stored[1]) and list(stored.vault.values()) == ["+1 415 555 0132"]
+
+
+def test_an_error_write_is_stored_redacted_and_reads_back_as_langgraph_stores_it() -> None:
+    # LangGraph records a failed task as a pending write to "__error__" holding the
+    # exception; its serializer stores an exception as its repr() text
+    p = pipeline()
+    write = RecordIdentity("t", "th", "", RecordKind.WRITE, "cp", "task", "0", "__error__")
+    stored = p.seal(write, ValueError(f"no mailbox {EMAIL}", {"card": CARD}))
+    assert EMAIL.encode() not in stored.data and b"4111" not in stored.data
+    assert p.open(write, stored) == "ValueError('no mailbox <EMAIL>', {'card': '<CARD>'})"
+    plain = RedactionPipeline(IdentityPipeline(JsonPlusSerializer()), Redaction([]))
+    assert plain.open(write, plain.seal(write, ValueError("x"))) == "ValueError('x')"
+
+
+def test_dict_keys_are_tokenized_and_restored() -> None:
+    p = pipeline(rules=[Rule(mode="tokenize")], key=KEY, restore=True)
+    value = {EMAIL: {"id": CARD, "type": "x"}, "b.o@example.org": 2}
+    stored = p.seal(blob("c"), value)
+    assert EMAIL.encode() not in stored.data and b"b.o@" not in stored.data
+    assert p.open(blob("c"), stored) == value
