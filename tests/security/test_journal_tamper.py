@@ -154,6 +154,8 @@ FIELDS = {
     "lease_until": ("lease_until", "lease_until", "lease_until", "N"),
     "result_type": ("result_type", "result_type", "res_t", "S"),
     "result": ("result", "result", "res", "B"),
+    "request_type": ("request_type", "request_type", "req_t", "S"),
+    "request": ("request", "request", "req", "B"),
 }
 
 
@@ -313,31 +315,21 @@ def reset_to_expired_claim_with_request(raw: RawJournal, thread: str, ids: Ids) 
     """Done -> claimed, the record replaced by the entry's own sealed request (the one
     sealed payload of the entry that a completion does not replace)."""
     stored = raw.get(thread, ids["a"])
-    request = (
-        raw._pg(
-            "SELECT request_type, request FROM {}.effects WHERE tenant_id = %s "
-            "AND thread_id = %s AND effect_id = %s",
-            (TENANT, thread, ids["a"]),
-        )[0]
-        if raw.backend == "postgres"
-        else None
-    )
-    if raw.backend == "redis":
-        key = raw.layout.effect(TENANT, thread, ids["a"])
-        request = raw.client.hmget(key, ["request_type", "request"])
-    elif raw.backend == "dynamodb":
-        item = raw.client.get_item(TableName=raw.table, Key=raw._key(thread, ids["a"]))["Item"]
-        request = (item["req_t"]["S"], item["req"]["B"])
-    assert request is not None and stored["state"] is not None
     raw.set(
         thread,
         ids["a"],
         state="claimed",
         outcome=None,
         lease_until="1.0",
-        result_type=_text(request[0]),
-        result=bytes(request[1]),
+        result_type=_text(stored["request_type"]),
+        result=bytes(stored["request"]),
     )
+
+
+def move_request(raw: RawJournal, thread: str, ids: Ids) -> None:
+    """b's request (its call, step and checkpoint) moved onto a."""
+    b = raw.get(thread, ids["b"])
+    raw.set(thread, ids["a"], request_type=_text(b["request_type"]), request=bytes(b["request"]))
 
 
 def edit_result(raw: RawJournal, thread: str, ids: Ids) -> None:
@@ -387,6 +379,7 @@ EDITS: dict[str, tuple[Callable[[RawJournal, str, Ids], None], frozenset[str]]] 
     "edit_result": (edit_result, frozenset({"encryption", "encryption+integrity"})),
     "edit_error": (edit_error, frozenset({"encryption", "encryption+integrity"})),
     "move_result": (move_result, frozenset({"encryption", "encryption+integrity"})),
+    "move_request": (move_request, frozenset({"encryption", "encryption+integrity"})),
     "delete_record": (delete_record, frozenset(MODES)),
     "rewrite_attempt": (rewrite_attempt, frozenset({"encryption", "encryption+integrity"})),
 }
