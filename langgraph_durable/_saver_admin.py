@@ -212,13 +212,15 @@ def _verify_steps(
     heads: Iterable[Any] | None = None,
     want_heads: bool = False,
 ) -> Generator[Any, Any, VerifyReport]:
-    """Check every chain (or one tenant's, or one thread's); emit Broken and progress.
+    """Check every chain (or one tenant's, or one thread's) and the effect-journal
+    entries of each thread checked; emit Broken and progress.
 
     ``heads`` (``_core.audit.Head``): anchored heads each thread in scope must
     still hold (a thread they name that is not found is reported too);
     ``want_heads``: emit each thread's heads after checking it.
     """
     from ._core.audit import AuditCodec, Broken, Head, check_heads, check_thread, thread_heads
+    from ._core.effects import audit_entry
 
     chain = saver.integrity
     if chain is None:
@@ -252,6 +254,12 @@ def _verify_steps(
         report.checkpoints += len(entries)
         found = check_thread(chain, entries)
         found += check_heads(chain, entries, anchored.pop((tenant, thread), ()))
+        # the thread's effect-journal entries: shape, and the tags of request and state
+        journal = yield from saver._ops.effect_list(tenant, thread).steps
+        for entry in journal:
+            problem = audit_entry(chain, tenant, thread, entry)
+            if problem is not None:
+                found.append(Broken(tenant, thread, "", f"effect:{entry.effect_id}", problem))
         for broken in found:
             report.broken += 1
             yield Emit(broken)

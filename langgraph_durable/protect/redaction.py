@@ -420,9 +420,6 @@ class RedactionPipeline:
     def index_settings(self) -> dict[str, Any] | None:
         return self.base.index_settings()
 
-    def index_settings(self) -> dict[str, Any] | None:
-        return self.base.index_settings()
-
     def split_filter(
         self, tenant: str, filter: dict[str, Any] | None
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

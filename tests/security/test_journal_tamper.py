@@ -482,16 +482,25 @@ def test_the_chain_key_alone_finds_every_detected_edit(spec: SaverSpec, raw: Raw
             found = [audit_entry(saver.integrity, TENANT, thread, e) for e in entries]
             return [f for f in found if f is not None]
 
+        def verified(thread: str) -> list[Any]:
+            broken: list[Any] = []
+            report = saver.verify(tenant_id=TENANT, thread_id=thread, on_broken=broken.append)
+            assert report.broken == len(broken)
+            return [b for b in broken if b.checkpoint_id.startswith("effect:")]
+
         runner.invoke(app, {}, cfg(f"control-{tag}"))
         assert audit(f"control-{tag}") == []
-        missed = []
+        assert verified(f"control-{tag}") == []
+        missed, unverified = [], []
         for name, (edit, _detected) in EDITS.items():
             thread = f"audit-{name}-{tag}"
             runner.invoke(app, {}, cfg(thread))
             edit(raw, thread, _ids(runner, thread))
             if not audit(thread):
                 missed.append(name)
-        assert missed == []
+            if not verified(thread):  # verify runs the same check over each thread
+                unverified.append(name)
+        assert missed == [] and unverified == []
 
 
 # ---- planted error types ---------------------------------------------------------------
