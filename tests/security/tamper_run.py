@@ -1,0 +1,307 @@
+"""Running the tamper matrix: read back, compare, classify, judge (see ``tamper``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_durable.errors import DurableError
+from tests.security.tamper import (
+    THREAD,
+    Edit,
+    Layout,
+    Record,
+    StorageRefused,
+    _cfg,
+    _short,
+    generate,
+)
+
+__all__ = [
+    "Outcome",
+    "Verdict",
+    "read_all",
+    "aread_all",
+    "run_matrix",
+    "arun_matrix",
+    "judge",
+    "report",
+]
+
+
+# ---- reading and comparing ------------------------------------------------------------------
+
+
+def _norm(value: Any) -> Any:
+    """``value`` with exceptions made comparable (ValueError("x") != ValueError("x"))."""
+    if isinstance(value, BaseException):
+        return ("exception", type(value).__name__, _norm(list(value.args)))
+    if isinstance(value, dict):
+        return {k: _norm(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value]
+    return value
+
+
+def _tuple(t: Any) -> Any:
+    if t is None:
+        return None
+    return {
+        "config": _norm(t.config),
+        "checkpoint": _norm(t.checkpoint),
+        "metadata": _norm(t.metadata),
+        "parent_config": _norm(t.parent_config),
+        "pending_writes": _norm(t.pending_writes),
+    }
+
+
+def _clear_caches(saver: Any, thread: str) -> None:
+    """Forget what the reader learnt of the thread (chain digests), as a new process would."""
+    codec = saver._ops.codec
+    if codec.chain_cache is not None:
+        codec.chain_cache.forget(saver.default_tenant, thread)
+
+
+def read_all(
+    saver: Any, thread: str, middle: str | None, baseline: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything the matrix compares: latest, a middle checkpoint, the listings.
+
+    With ``baseline``, stops at the first part that differs from it (the outcome is
+    known: the rest would only cost time)."""
+    _clear_caches(saver, thread)
+    cfg = _cfg(thread)
+    out: dict[str, Any] = {}
+    mid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": middle}}
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("list", lambda: [_tuple(t) for t in saver.list(cfg)]),
+        ("latest", lambda: _tuple(saver.get_tuple(cfg))),
+        ("middle", lambda: _tuple(saver.get_tuple(mid))),
+        ("filter:source=loop", lambda: [_id(t) for t in saver.list(cfg, filter=LOOP)]),
+    ]
+    for name, step in steps:
+        out[name] = step()
+        if baseline is not None and first_difference(baseline[name], out[name]) is not None:
+            break
+    return out
+
+
+async def aread_all(
+    saver: Any, thread: str, middle: str | None, baseline: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """:func:`read_all` through an async saver."""
+    _clear_caches(saver, thread)
+    cfg = _cfg(thread)
+    out: dict[str, Any] = {}
+    mid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": middle}}
+
+    async def listing(**kw: Any) -> list[Any]:
+        return [t async for t in saver.alist(cfg, **kw)]
+
+    for name in ("list", "latest", "middle", "filter:source=loop"):
+        if name == "latest":
+            out[name] = _tuple(await saver.aget_tuple(cfg))
+        elif name == "middle":
+            out[name] = _tuple(await saver.aget_tuple(mid))
+        elif name == "list":
+            out[name] = [_tuple(t) for t in await listing()]
+        else:
+            out[name] = [_id(t) for t in await listing(filter=LOOP)]
+        if baseline is not None and first_difference(baseline[name], out[name]) is not None:
+            break
+    return out
+
+
+LOOP = {"source": "loop"}
+
+
+def _id(t: Any) -> str:
+    return str(t.config["configurable"]["checkpoint_id"])
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where ``a`` and ``b`` first differ (a readable path), None if equal."""
+    if a == b:
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b:
+                return f"{path}.{k} ({'added' if k not in a else 'missing'})"
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return path or "."
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} -> {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return path
+    return f"{path} ({_short(a)} -> {_short(b)})"
+
+
+def _filters_only(diff_keys: Sequence[str]) -> bool:
+    return bool(diff_keys) and all(k.startswith("filter:") for k in diff_keys)
+
+
+# ---- running -----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    edit: Edit
+    result: str  # "raised", "builtin", "changed", "filters", "same", "refused"
+    detail: str = ""
+    verify_broken: bool | None = None
+
+
+def _classify(edit: Edit, baseline: Any, got: Any, exc: BaseException | None) -> Outcome:
+    if isinstance(exc, StorageRefused):
+        return Outcome(edit, "refused", str(exc))
+    if isinstance(exc, DurableError):
+        return Outcome(edit, "raised", f"{type(exc).__name__}: {str(exc)[:120]}")
+    if exc is not None:
+        return Outcome(edit, "builtin", f"{type(exc).__name__}: {str(exc)[:160]}")
+    diffs = [k for k in got if first_difference(baseline[k], got[k]) is not None]
+    if not diffs:
+        return Outcome(edit, "same")
+    where = first_difference(baseline[diffs[0]], got[diffs[0]], diffs[0])
+    return Outcome(edit, "filters" if _filters_only(diffs) else "changed", str(where))
+
+
+def run_matrix(
+    layout: Layout, saver: Any, mode: str, middle: str | None, thread: str = THREAD
+) -> tuple[list[Outcome], float]:
+    """Apply every edit in turn, read, undo; the outcomes and the seconds it took."""
+    started = time.monotonic()
+    baseline = read_all(saver, thread, middle)
+    records = layout.records()
+    outcomes = []
+    for edit in generate(layout, records):
+        try:
+            undo = edit.apply()
+        except StorageRefused as exc:
+            outcomes.append(_classify(edit, baseline, None, exc))
+            continue
+        try:
+            try:
+                got, exc = read_all(saver, thread, middle, baseline), None
+            except Exception as e:  # noqa: BLE001 - what the read raised is the outcome
+                got, exc = None, e
+            out = _classify(edit, baseline, got, exc)
+            if mode == "integrity" and out.result != "raised":
+                try:
+                    out.verify_broken = not saver.verify(thread_id=thread).ok
+                except DurableError:
+                    out.verify_broken = True
+                except Exception as e:  # noqa: BLE001 - a builtin from verify is a hole
+                    out = Outcome(edit, "builtin", f"verify: {type(e).__name__}: {e}"[:200])
+            outcomes.append(out)
+        finally:
+            undo()
+    after = read_all(saver, thread, middle)
+    assert first_difference(baseline, after) is None, "the matrix did not restore the thread"
+    assert records_equal(records, layout.records()), "the matrix did not restore the records"
+    return outcomes, time.monotonic() - started
+
+
+async def arun_matrix(
+    layout: Layout, saver: Any, mode: str, middle: str | None, thread: str = THREAD
+) -> tuple[list[Outcome], float]:
+    """:func:`run_matrix` through an async saver (the raw edits stay synchronous)."""
+    started = time.monotonic()
+    baseline = await aread_all(saver, thread, middle)
+    records = layout.records()
+    outcomes = []
+    for edit in generate(layout, records):
+        try:
+            undo = edit.apply()
+        except StorageRefused as exc:
+            outcomes.append(_classify(edit, baseline, None, exc))
+            continue
+        try:
+            try:
+                got, exc = await aread_all(saver, thread, middle, baseline), None
+            except Exception as e:  # noqa: BLE001
+                got, exc = None, e
+            out = _classify(edit, baseline, got, exc)
+            if mode == "integrity" and out.result != "raised":
+                try:
+                    out.verify_broken = not (await saver.averify(thread_id=thread)).ok
+                except DurableError:
+                    out.verify_broken = True
+                except Exception as e:  # noqa: BLE001
+                    out = Outcome(edit, "builtin", f"verify: {type(e).__name__}: {e}"[:200])
+            outcomes.append(out)
+        finally:
+            undo()
+        await asyncio.sleep(0)
+    after = await aread_all(saver, thread, middle)
+    assert first_difference(baseline, after) is None, "the matrix did not restore the thread"
+    assert records_equal(records, layout.records()), "the matrix did not restore the records"
+    return outcomes, time.monotonic() - started
+
+
+def records_equal(a: list[Record], b: list[Record]) -> bool:
+    def view(recs: list[Record]) -> list[Any]:
+        return sorted((r.kind, r.label, repr(r.fields)) for r in recs)
+
+    return view(a) == view(b)
+
+
+# ---- judging -------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    holes: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    filters: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def judge(outcomes: list[Outcome], mode: str, clear: Callable[[Edit], str | None]) -> Verdict:
+    """Sort outcomes into holes (not allowed in ``mode``), unchanged reads, filter changes.
+
+    ``clear(edit)`` gives the documented reason a field may stay clear (None: none).
+    """
+    v = Verdict()
+    for o in outcomes:
+        key = o.result + (
+            "" if o.verify_broken is None else f"/verify {'broken' if o.verify_broken else 'ok'}"
+        )
+        v.counts[key] = v.counts.get(key, 0) + 1
+        line = f"{o.edit.name} => {o.result}" + (f" ({o.detail})" if o.detail else "")
+        if o.verify_broken is not None:
+            line += f"; verify {'fails' if o.verify_broken else 'passes'}"
+        if o.result == "builtin":
+            v.holes.append(line)
+        elif mode == "plain" or o.result in ("raised", "refused"):
+            continue
+        elif o.result == "changed":
+            if mode == "encryption" or not o.verify_broken:
+                v.holes.append(line)
+        elif o.result == "filters":
+            v.filters.append(line)
+            if mode == "integrity" and not o.verify_broken and clear(o.edit) is None:
+                v.holes.append(line)
+        elif o.result == "same":
+            why = clear(o.edit)
+            if why is None and not (mode == "integrity" and o.verify_broken):
+                v.holes.append(line + " [unchanged read, field not listed as clear]")
+            else:
+                v.unchanged.append(f"{line} [{why or 'caught by verify'}]")
+    return v
+
+
+def report(title: str, outcomes: list[Outcome], seconds: float, v: Verdict) -> str:
+    lines = [f"{title}: {len(outcomes)} edits in {seconds:.1f}s; {v.counts}"]
+    if v.holes:
+        lines.append(f"{len(v.holes)} holes:")
+        lines.extend("  " + h for h in v.holes)
+    return "\n".join(lines)
