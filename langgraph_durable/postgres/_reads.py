@@ -17,7 +17,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from .._core.codec import StoredCheckpoint, ThreadKey, encode_filter
 from .._core.records import BlobDelta, Sealed
 from .._core.sansio import Emit, operation
-from ..errors import SchemaError
+from ..errors import CorruptRecordError, SchemaError
 from ._base import OpsBase
 from ._query import Query
 from ._rls import tenant_scoped
@@ -312,6 +312,24 @@ def _sealed_list(types: list[str] | None, blobs: list[bytes | None] | None) -> l
     ]
 
 
+def _delta(base: Any, count: Any, sealed: Sealed) -> BlobDelta:
+    """A stored delta's (base, count) as read; a count that is not a number is corrupt."""
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise CorruptRecordError(f"a stored delta of version {base!r} has no item count")
+    return BlobDelta(str(base), count, sealed)
+
+
+def _refs(channels: Any, versions: Any, checkpoint_id: str) -> list[tuple[str, str]]:
+    """A checkpoint row's (channel, version) references; arrays of unequal length are corrupt."""
+    channels, versions = channels or [], versions or []
+    if len(channels) != len(versions):
+        raise CorruptRecordError(
+            f"checkpoint {checkpoint_id!r}: {len(channels)} blob channels but "
+            f"{len(versions)} blob versions stored"
+        )
+    return list(zip(channels, versions, strict=True))
+
+
 def _writes_joins(writes: str, epoch: str) -> str:
     """Joins a checkpoint row ``c`` to its pending writes (``wr``) and, for formats
     before 4, its parent's pending sends (``ps``), each as arrays."""
@@ -362,13 +380,13 @@ def _stored_page(rows: Sequence[Sequence[Any]]) -> list[StoredCheckpoint]:
     ):
         value: Sealed | BlobDelta | None = sealed
         if base is not None and sealed is not None:
-            value = BlobDelta(str(base), int(count), sealed)
+            value = _delta(base, count, sealed)
         scopes.setdefault((thread, ns), {})[(channel, version)] = value
     out = []
     for row in rows:
         thread, ns, checkpoint_id, parent, c_type, c_data, m_type, m_data = row[:8]
         scope = scopes.get((thread, ns), {})
-        refs = zip(row[8] or [], row[9] or [], strict=True)
+        refs = _refs(row[8], row[9], checkpoint_id)
         out.append(
             StoredCheckpoint(
                 thread=thread,
@@ -456,7 +474,7 @@ def _stored(row: Sequence[Any]) -> StoredCheckpoint:
     ):
         value: Sealed | BlobDelta | None = sealed
         if base is not None and sealed is not None:
-            value = BlobDelta(str(base), int(count), sealed)
+            value = _delta(base, count, sealed)
         if depth:
             bases[(channel, version)] = value
         else:
