@@ -289,6 +289,29 @@ def test_deleted_pending_write_names_the_checkpoint_that_covers_it(
     assert "pending writes" in out and cid in out, out
 
 
+def test_writes_stored_after_the_child_are_covered_by_the_grandchild(
+    spec: SaverSpec, capsys: Any, monkeypatch: Any
+) -> None:
+    """LangGraph stores a step's writes after the checkpoint that follows it (``put``
+    of the child, then ``put_writes`` of the parent): the grandchild's chain covers
+    them, so deleting one is named."""
+    thread = "grand"
+    with saver_of(spec) as saver:
+        cp = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        first = saver.put(cp, {**empty_checkpoint(), "id": str(uuid6())}, {"step": -1}, {})
+        second = saver.put(first, {**empty_checkpoint(), "id": str(uuid6())}, {"step": 0}, {})
+        saver.put_writes(first, [("inbox", LONG), ("outbox", LONG)], "task-1")
+        third = saver.put(second, {**empty_checkpoint(), "id": str(uuid6())}, {"step": 1}, {})
+        assert saver.verify(thread_id=thread).ok
+    cid = first["configurable"]["checkpoint_id"]
+    with open_raw(spec, thread) as raw:
+        raw.delete_write(cid, "task-1", 0)
+    code, out = verify_thread(spec, capsys, monkeypatch, thread)
+    assert code == 1, out
+    assert broken_ids(out, thread) == {third["configurable"]["checkpoint_id"]}, out
+    assert "grandparent" in out and cid in out, out
+
+
 @pytest.mark.parametrize("durability", ["sync", "async"])
 async def test_a_graphs_concurrent_writes_keep_every_chain_whole(
     spec: SaverSpec, capsys: Any, monkeypatch: Any, durability: str

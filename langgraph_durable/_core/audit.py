@@ -212,6 +212,15 @@ def check_thread(chain: ChainKey, entries: Iterable[Audited]) -> list[Broken]:
                         "this checkpoint, are missing"
                     )
                     continue
+                grand = by_id.get((e.ns, parent.parent_id)) if parent.parent_id else None
+                if grand is not None:  # a trimmed grandparent left a tombstone instead
+                    missing = [c for c in e.block.grand if c not in grand.write_keys]
+                    if missing:
+                        bad(
+                            f"pending writes {missing} of its grandparent {parent.parent_id}, "
+                            "covered by this checkpoint, are missing"
+                        )
+                        continue
             else:
                 tomb = e.block.tombstone
                 if tomb is None or tomb.parent != e.parent_id:
@@ -232,6 +241,7 @@ def check_thread(chain: ChainKey, entries: Iterable[Audited]) -> list[Broken]:
             e.metadata_tag,
             e.refs,
             e.block.covers,
+            e.block.grand,
         )
         if want != e.block.digest:
             bad("its chain digest does not match what is stored (altered or re-linked)")

@@ -9,7 +9,10 @@ Pure: no I/O. Three layers, all keyed by one secret chain key (HMAC-SHA256):
 * **The chain.** Each checkpoint's *digest* is an HMAC over its identity, its
   parent's id and digest, the tags of its body and metadata, the blob versions
   it references and the keys of its parent's pending writes known when it was
-  written (``covers``). It is stored with the body, after the body's tag, in a
+  written (``covers``), and of its grandparent's (``grand``: LangGraph stores a
+  step's writes after the checkpoint that follows it, so a checkpoint's writes are
+  usually known only when its grandchild is written). It is stored with the body,
+  after the body's tag, in a
   *chain block* that needs no other key to read. Forks chain to their parent,
   so a thread's history verifies as a DAG.
 * **Tombstones.** Trimming history (``keep_latest``) removes parents that
@@ -20,7 +23,8 @@ Pure: no I/O. Three layers, all keyed by one secret chain key (HMAC-SHA256):
 
 Layout of a checkpoint body's stored bytes when the chain is on::
 
-    inner bytes | tag (32) | digest (32) | JSON {"c": covers, "t": tombstone} | u32 len | b"LGC1"
+    inner bytes | tag (32) | digest (32) | JSON {"c": covers, "g": grand, "t": tombstone}
+                | u32 len | b"LGC1"
 
 where ``len`` counts the digest and the JSON.
 """
@@ -148,26 +152,36 @@ class ChainBlock:
     digest: bytes
     covers: tuple[tuple[str, int], ...] = ()
     tombstone: Tombstone | None = None
+    grand: tuple[tuple[str, int], ...] = ()
 
     def encode(self) -> bytes:
-        return encode_block(self.digest, self.covers, self.tombstone)
+        return encode_block(self.digest, self.covers, self.tombstone, self.grand)
 
 
 def encode_block(
-    digest: bytes, covers: tuple[tuple[str, int], ...], tombstone: Tombstone | None = None
+    digest: bytes,
+    covers: tuple[tuple[str, int], ...],
+    tombstone: Tombstone | None = None,
+    grand: tuple[tuple[str, int], ...] = (),
 ) -> bytes:
-    """``ChainBlock(digest, covers, tombstone).encode()`` (without making the block)."""
-    if tombstone is None and (
-        not covers
-        or (
-            all([type(t) is str and type(i) is int for t, i in covers])
-            and _PLAIN("".join([t for t, _i in covers])) is not None
+    """``ChainBlock(digest, covers, tombstone, grand).encode()`` (without making the block)."""
+    if (
+        tombstone is None
+        and not grand
+        and (
+            not covers
+            or (
+                all([type(t) is str and type(i) is int for t, i in covers])
+                and _PLAIN("".join([t for t, _i in covers])) is not None
+            )
         )
     ):
         # what json.dumps writes for these (plain task ids), without its machinery
         text = '{"c":[' + ",".join([f'["{t}",{i}]' for t, i in covers]) + "]}"
     else:
         doc: dict[str, Any] = {"c": [list(c) for c in covers]}
+        if grand:
+            doc["g"] = [list(c) for c in grand]
         if tombstone is not None:
             doc["t"] = tombstone.to_json()
         text = json.dumps(doc, separators=(",", ":"))
@@ -192,11 +206,12 @@ def split_block(sealed: Sealed) -> tuple[Sealed, ChainBlock | None]:
     try:
         doc = json.loads(payload[TAG_SIZE:])
         covers = tuple((str(t), int(i)) for t, i in doc.get("c", ()))
+        grand = tuple((str(t), int(i)) for t, i in doc.get("g", ()))
         tomb = doc.get("t")
     except (ValueError, TypeError, AttributeError) as exc:
         raise IntegrityError(f"a checkpoint's chain block is malformed: {exc}") from exc
     block = ChainBlock(
-        payload[:TAG_SIZE], covers, None if tomb is None else Tombstone.from_json(tomb)
+        payload[:TAG_SIZE], covers, None if tomb is None else Tombstone.from_json(tomb), grand
     )
     return Sealed(sealed.type, data[:start]), block
 
@@ -314,10 +329,19 @@ class ChainKey:
         metadata_tag: bytes,
         refs: Iterable[tuple[str, str]],
         covers: Iterable[tuple[str, int]],
+        grand: Iterable[tuple[str, int]] = (),
     ) -> bytes:
         """The digest of one checkpoint (see the module doc)."""
         ref_pairs = sorted([(str(a), str(b)) for a, b in refs])
         cover_pairs = sorted([(str(t), str(int(i))) for t, i in covers])
+        grand_pairs = sorted([(str(t), str(int(i))) for t, i in grand])
+        tail = b""
+        if grand_pairs:  # absent from digests made before grandparents were covered
+            tail = (
+                b"g"
+                + len(grand_pairs).to_bytes(4, "big")
+                + _lps(*[v for pair in grand_pairs for v in pair])
+            )
         return self._mac.digest2(
             b"lgd-chain/2"
             + _lps(tenant, thread, ns, checkpoint_id, parent_id or "")
@@ -327,7 +351,8 @@ class ChainKey:
             + len(ref_pairs).to_bytes(4, "big"),
             _lps(*[v for pair in ref_pairs for v in pair])
             + len(cover_pairs).to_bytes(4, "big")
-            + _lps(*[v for pair in cover_pairs for v in pair]),
+            + _lps(*[v for pair in cover_pairs for v in pair])
+            + tail,
         )
 
     def tombstone(
@@ -416,11 +441,12 @@ def _what(identity: RecordIdentity, problem: str) -> str:
 
 
 class _Known:
-    __slots__ = ("digest", "writes")
+    __slots__ = ("digest", "writes", "parent")
 
     def __init__(self, digest: bytes | None) -> None:
         self.digest = digest  # None: writes seen before the checkpoint's own put ended
         self.writes: set[tuple[str, int]] = set()
+        self.parent: str | None = None
 
 
 class ChainCache:
@@ -448,6 +474,17 @@ class ChainCache:
             self._items.move_to_end((*scope, checkpoint_id))
             return known.digest, tuple(sorted(known.writes))
 
+    def grand_writes(
+        self, scope: tuple[str, str, str], parent_id: str
+    ) -> tuple[tuple[str, int], ...]:
+        """The write keys known of the parent's parent (empty when either is unknown)."""
+        with self._lock:
+            parent = self._items.get((*scope, parent_id))
+            if parent is None or not parent.parent:
+                return ()
+            grand = self._items.get((*scope, parent.parent))
+            return () if grand is None else tuple(sorted(grand.writes))
+
     def has(self, scope: tuple[str, str, str], checkpoint_id: str) -> bool:
         """Whether :meth:`get` would find the checkpoint's digest (no reordering)."""
         known = self._items.get((*scope, checkpoint_id))  # one dict read: atomic
@@ -459,6 +496,7 @@ class ChainCache:
         checkpoint_id: str,
         digest: bytes,
         writes: Iterable[tuple[str, int]] = (),
+        parent: str | None = None,
     ) -> None:
         with self._lock:
             k = (*scope, checkpoint_id)
@@ -468,6 +506,8 @@ class ChainCache:
                 self._items[k] = known
             known.digest = digest
             known.writes.update(writes)
+            if parent:
+                known.parent = parent
             self._items.move_to_end(k)
             self._trim()
 
@@ -535,5 +575,5 @@ def tombstone_bodies(
         tomb = chain.tombstone(
             tenant, thread, ns, survivor, parent, parent_block.digest, len(ids), ids[0], ids[-1]
         )
-        out[survivor] = join_block(body, ChainBlock(block.digest, block.covers, tomb))
+        out[survivor] = join_block(body, ChainBlock(block.digest, block.covers, tomb, block.grand))
     return out

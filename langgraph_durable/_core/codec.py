@@ -338,6 +338,7 @@ class CheckpointCodec:
         if self.chain is not None and self.chain_cache is not None:
             known = self.chain_cache.get(scope, parent_id) if parent_id else None
             covers = known[1] if known is not None else ()
+            grand = self.chain_cache.grand_writes(scope, parent_id) if parent_id else ()
             digest = self.chain.link(
                 key.tenant,
                 key.thread,
@@ -349,8 +350,10 @@ class CheckpointCodec:
                 sealed_metadata.data[-TAG_SIZE:],
                 blob_refs,
                 covers,
+                grand,
             )
-            sealed_body = Sealed(sealed_body.type, sealed_body.data + encode_block(digest, covers))
+            block = encode_block(digest, covers, None, grand)
+            sealed_body = Sealed(sealed_body.type, sealed_body.data + block)
         return CheckpointRecord(
             tenant=key.tenant,
             thread=key.thread,
@@ -386,7 +389,7 @@ class CheckpointCodec:
         """
         scope = (rec.tenant, rec.thread, rec.ns)
         if self.chain_cache is not None and rec.digest is not None:
-            self.chain_cache.put(scope, rec.checkpoint_id, rec.digest)
+            self.chain_cache.put(scope, rec.checkpoint_id, rec.digest, (), rec.parent_checkpoint_id)
         if self.deltas is None:
             return
         fresh = None if created is None else set(created)
@@ -476,6 +479,7 @@ class CheckpointCodec:
                     stored.checkpoint_id,
                     block.digest,
                     [(w[0], w[2]) for w in stored.writes],
+                    stored.parent_checkpoint_id,
                 )
         body = self.pipeline.open(self._body_identity(pkey, stored.checkpoint_id), sealed_body)
         if not isinstance(body, dict) or "channel_values" not in body:

@@ -394,7 +394,7 @@ def test_envelope_serializer_plaintext_migration_runs_nothing(canary: Canary, ki
 
 
 @dataclasses.dataclass
-class Point:
+class Dot:
     x: int
 
 
@@ -403,9 +403,9 @@ def test_envelope_serializer_takes_a_graphs_allowlist() -> None:
     from langgraph_durable.protect import EnvelopeSerializer
 
     serde = EnvelopeSerializer(LocalKeyring({"k1": os.urandom(32)}, "k1"))
-    stored = serde.dumps_typed(Point(3))
+    stored = serde.dumps_typed(Dot(3))
     with pytest.raises(CorruptRecordError):
         serde.loads_typed(stored)
-    widened = serde.with_msgpack_allowlist([(HERE, "Point")])
+    widened = serde.with_msgpack_allowlist([(HERE, "Dot")])
     assert widened is not serde and widened.serde is not serde.serde
-    assert widened.loads_typed(stored) == Point(3)
+    assert widened.loads_typed(stored) == Dot(3)
