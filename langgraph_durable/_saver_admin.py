@@ -254,6 +254,11 @@ def _verify_steps(
         report.checkpoints += len(entries)
         found = check_thread(chain, entries)
         found += check_heads(chain, entries, anchored.pop((tenant, thread), ()))
+        # a backend's indexes that decide which checkpoint reads as the latest (Redis)
+        index_problems = getattr(saver._ops, "index_problems", None)
+        if index_problems is not None:
+            for problem in (yield from index_problems(tenant, thread).steps):
+                found.append(Broken(tenant, thread, "", "index", problem))
         # the thread's effect-journal entries: shape, and the tags of request and state
         journal = yield from saver._ops.effect_list(tenant, thread).steps
         for entry in journal:

@@ -150,6 +150,35 @@ class AdminOps(OpsBase):
         return SetupResult(versions=versions, warnings=tuple(warnings))
 
     @operation
+    def index_problems(self, tenant: str, thread_id: str) -> Generator[Any, Any, list[str]]:
+        """What is wrong with a thread's checkpoint indexes, for ``verify``: one round trip.
+
+        Both sorted sets order their members by name with every score 0 (checkpoint
+        ids sort in time order): a member with another score changes which checkpoint
+        a read takes as the latest, while every record stays intact.
+        """
+        keys = self.keys.thread(_ident(tenant, "tenant id"), _ident(thread_id, "thread_id"))
+        index_keys = (keys[4], keys[5])
+        found = yield Batch(
+            tuple(
+                Command(("ZRANGEBYSCORE", key, low, high))
+                for key in index_keys
+                for low, high in (("-inf", "(0"), ("(0", "+inf"))
+            )
+        )
+        problems = []
+        for n, result in enumerate(found):
+            if isinstance(result, BaseException):
+                raise result
+            for member in result or ():
+                name = _text(member).replace(SEP, "/")
+                problems.append(
+                    f"index {'in'[n // 2]!r} has member {name!r} with a score other than 0 "
+                    "(it changes which checkpoint reads as the latest)"
+                )
+        return problems
+
+    @operation
     def delete_thread(self, tenant: str, thread_id: str) -> Generator[Any, Any, None]:
         """Delete every key of one thread (all namespaces, effect journal): one round trip."""
         yield from self._delete_threads(tenant, [thread_id])

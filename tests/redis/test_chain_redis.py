@@ -464,3 +464,27 @@ def test_a_run_delete_retries_a_thread_written_while_it_signs(
         left = [t.metadata.get("run_id") for t in saver.list(cfg("th"))]
         assert left == ["r3", "r2"]
         assert saver.verify(thread_id="th").ok
+
+
+@pytest.mark.parametrize("target", TARGETS)
+async def test_verify_names_an_index_score_that_changes_the_latest(
+    request: pytest.FixtureRequest, target: tuple[str, str], redis_prefix: str
+) -> None:
+    """Both checkpoint indexes order members by name with score 0: a score raised on an
+    older checkpoint makes reads take it as the latest, with every record intact, and
+    ``verify`` names the index member."""
+    async with open_harness(request, target, redis_prefix, integrity=KEY) as h:
+        ids = await h.put_chain("th", 3, v=4)
+        assert (await h.run(h.saver._ops.index_problems("default", "th"))) == []
+        report = await h.call("verify", thread_id="th")
+        assert report.ok
+        keys = h.saver.keys.thread("default", "th")
+        h.raw.zadd(keys[4], {f"\x00{ids[0]}": 1})
+        h.raw.zadd(keys[5], {f"{ids[0]}\x00": -1})
+        latest = await h.call("get_tuple", cfg("th"))
+        assert latest.config["configurable"]["checkpoint_id"] == ids[0]  # the attack works
+        broken: list[Any] = []
+        report = await h.call("verify", thread_id="th", on_broken=broken.append)
+        assert not report.ok
+        named = [b for b in broken if b.checkpoint_id == "index"]
+        assert len(named) == 2 and all(ids[0] in b.reason for b in named), broken
