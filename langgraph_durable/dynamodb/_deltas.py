@@ -88,12 +88,21 @@ def item_chain(item: dict[str, Any], what: str) -> Chain | None:
 
 
 def parse_refs(text: str | None) -> list[tuple[str, str, int, Chain | None]]:
-    """A pointer's ``refs``: (channel, version, chunk count or -1, chain hint or None)."""
+    """A pointer's ``refs``: (channel, version, chunk count or -1, chain hint or None).
+
+    Raises:
+        CorruptRecordError: ``text`` is not references the saver writes.
+    """
     out: list[tuple[str, str, int, Chain | None]] = []
-    for entry in json.loads(text or "[]"):
-        channel, version, n = entry[0], entry[1], int(entry[2])
-        hint = tuple((str(v), int(c)) for v, c in entry[3]) if len(entry) > 3 else None
-        out.append((str(channel), str(version), n, hint))
+    try:
+        for entry in json.loads(text or "[]"):
+            channel, version, n = entry[0], entry[1], int(entry[2])
+            hint = tuple((str(v), int(c)) for v, c in entry[3]) if len(entry) > 3 else None
+            if not isinstance(channel, str) or not isinstance(version, (str, int)):
+                raise ValueError(f"channel {channel!r} / version {version!r} is not text")
+            out.append((channel, str(version), n, hint))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise CorruptRecordError(f"a checkpoint's blob references are malformed: {exc}") from exc
     return out
 
 

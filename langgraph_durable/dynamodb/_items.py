@@ -241,7 +241,21 @@ class CheckpointItemKey:
 
 
 def parse_checkpoint_sk(sk: str) -> CheckpointItemKey:
-    """Parse a ``c#`` sort key (see the module docstring)."""
+    """Parse a ``c#`` sort key (see the module docstring).
+
+    Raises:
+        CorruptRecordError: ``sk`` is not a key the saver writes (cut short, a
+            blank or non-numeric index, a malformed escape).
+    """
+    try:
+        return _parse_checkpoint_sk(sk)
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(
+            f"unexpected sort key {sk!r} in the checkpoint range: {exc}"
+        ) from exc
+
+
+def _parse_checkpoint_sk(sk: str) -> CheckpointItemKey:
     parts = sk.split("#")
     # c, ns, id, then: "" | k,name,i | w,task,idx | w,task,idx,k,name,i
     ns, cid = dec(parts[1]), dec(parts[2])
@@ -295,24 +309,61 @@ def B(value: bytes) -> dict[str, Any]:  # noqa: N802
 
 def _num(item: dict[str, Any], name: str, default: int | None = None) -> int | None:
     value = item.get(name)
-    return default if value is None else int(float(value["N"]))
+    if value is None:
+        return default
+    try:
+        return int(float(value["N"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise CorruptRecordError(
+            f"item {_where(item)}: attribute {name!r} is not a number ({exc!r})"
+        ) from exc
 
 
 def _str(item: dict[str, Any], name: str, default: str | None = None) -> str | None:
     value = item.get(name)
-    return default if value is None else str(value["S"])
+    if value is None:
+        return default
+    try:
+        return str(value["S"])
+    except (KeyError, TypeError) as exc:
+        raise CorruptRecordError(
+            f"item {_where(item)}: attribute {name!r} is not a string ({exc!r})"
+        ) from exc
+
+
+def _bin(item: dict[str, Any], name: str, what: str) -> bytes:
+    """Binary attribute ``name`` of ``item``, which must be there.
+
+    Raises:
+        CorruptRecordError: It is missing or not binary.
+    """
+    try:
+        return bytes(item[name]["B"])
+    except (KeyError, TypeError) as exc:
+        raise CorruptRecordError(f"{what} (item {_where(item)}): no binary {name!r}") from exc
+
+
+def _where(item: dict[str, Any]) -> str:
+    """An item's sort key, for an error message."""
+    sk = item.get("sk")
+    return repr(sk.get("S")) if isinstance(sk, dict) else "?"
 
 
 def stored_data_key(item: dict[str, Any]) -> StoredDataKey:
     """The data-key version one ``<tenant>##keys`` item holds (``wrapped`` None if shredded)."""
     wrapped = item.get("wrapped")
     created = item.get("created")
-    return StoredDataKey(
-        version=int(item["sk"]["S"]),
-        key_id=_str(item, "key_id", "") or "",
-        wrapped=None if wrapped is None else bytes(wrapped["B"]),
-        created=0.0 if created is None else float(created["N"]),
-    )
+    try:
+        return StoredDataKey(
+            version=int(item["sk"]["S"]),
+            key_id=_str(item, "key_id", "") or "",
+            wrapped=None if wrapped is None else bytes(wrapped["B"]),
+            created=0.0 if created is None else float(created["N"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptRecordError(
+            f"stored data-key item {_where(item)} cannot be read: {exc!r}"
+        ) from exc
 
 
 def value_size(value: dict[str, Any]) -> int:
@@ -420,7 +471,7 @@ def read_payload(
     """
     inline = item.get(name)
     if inline is not None:
-        return bytes(inline["B"])
+        return _bin(item, name, what)
     stored = _str(item, f"{name}_s3")
     if stored is not None:
         data = (objects or {}).get(stored)
@@ -450,7 +501,7 @@ def payload_matches(item: dict[str, Any], name: str, data: bytes) -> bool:
     """
     inline = item.get(name)
     if inline is not None:
-        return bytes(inline["B"]) == data
+        return _bin(item, name, "a stored payload") == data
     length, digest = _num(item, f"{name}_len"), _str(item, f"{name}_h")
     if length is None or digest is None:
         return False
@@ -477,13 +528,20 @@ def same_checkpoint(
 
 
 def _is_live(item: dict[str, Any], now: float) -> bool:
-    expires = item.get(TTL_ATTRIBUTE)
-    return expires is None or float(expires["N"]) > now
+    expires = _float(item, TTL_ATTRIBUTE)
+    return expires is None or expires > now
 
 
 def _float(item: dict[str, Any] | None, name: str) -> float | None:
     value = None if item is None else item.get(name)
-    return None if value is None else float(value["N"])
+    if value is None:
+        return None
+    try:
+        return float(value["N"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptRecordError(
+            f"item {_where(item or {})}: attribute {name!r} is not a number ({exc!r})"
+        ) from exc
 
 
 def head_live(head: dict[str, Any], now: float) -> bool:

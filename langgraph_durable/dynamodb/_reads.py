@@ -25,6 +25,7 @@ from ._items import (
     TTL_ATTRIBUTE,
     CheckpointItemKey,
     S,
+    _bin,
     _is_live,
     _num,
     _str,
@@ -61,15 +62,22 @@ class _Group:
         if key.kind == "pointer":
             self.pointer = item
         elif key.kind == "chunk":
-            self.chunks.setdefault(key.name, {})[key.index] = item["d"]["B"]
+            self.chunks.setdefault(key.name, {})[key.index] = _bin(item, "d", "a chunk")
         elif key.kind == "write":
             self.writes[(key.task_id, key.idx)] = item
         else:
-            self.write_chunks.setdefault((key.task_id, key.idx), {})[key.index] = item["d"]["B"]
+            chunk = _bin(item, "d", "a chunk of a pending write")
+            self.write_chunks.setdefault((key.task_id, key.idx), {})[key.index] = chunk
 
     def metadata_index(self) -> dict[str, Any]:
         assert self.pointer is not None
-        return json.loads(_str(self.pointer, "mi", "{}") or "{}")  # type: ignore[no-any-return]
+        try:
+            index = json.loads(_str(self.pointer, "mi", "{}") or "{}")
+        except ValueError as exc:
+            raise CorruptRecordError(
+                f"checkpoint {self.checkpoint_id}: stored metadata index cannot be read: {exc}"
+            ) from exc
+        return index if isinstance(index, dict) else {}
 
     def refs(self) -> list[tuple[str, str, int, Chain | None]]:
         """(channel, version, known chunk count or -1, chain hint) of every referenced blob."""
@@ -120,7 +128,7 @@ def _blob_value(
     for i in range(chunk_count(item, "d")):
         c = got.get((g.pk, chunk_sk(bsk, "d", i)))
         if c is not None:
-            chunks[i] = c["d"]["B"]
+            chunks[i] = _bin(c, "d", f"a chunk of channel {channel!r} in {what}")
     data = read_payload(item, "d", chunks, f"value of channel {channel!r} in {what}", objects)
     type_ = _str(item, "t") or "empty"
     base = _str(item, BASE_VERSION)
@@ -383,7 +391,8 @@ class ReadOps(ThreadOps):
         bases: dict[tuple[str, str], Sealed | BlobDelta | None] = {}
         for channel, version, _n, _hint in g.refs():
             item = _live(got.get((g.pk, blob_sk(g.ns, channel, version))), now)
-            if item is None:
+            if item is None:  # missing: the codec decides (the body says what it holds)
+                blobs.append((channel, version, None))
                 continue
             value = _blob_value(g, got, objects, item, channel, version, what)
             blobs.append((channel, version, value))

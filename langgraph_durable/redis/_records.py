@@ -104,18 +104,41 @@ def encode_blob(blob: BlobRecord) -> bytes:
     return DELTA_MARK + _LEN.pack(len(meta)) + meta + value
 
 
-def decode_blob(raw: bytes) -> Sealed | BlobDelta | None:
-    """What ``encode_blob`` stored (None: the channel is empty)."""
+def _sealed(type_: Any, data: Any, what: str) -> Sealed:
+    """A stored (type, bytes) pair, checked: altered storage gets our error, not a builtin.
+
+    Raises:
+        CorruptRecordError: The type is not text or the payload not bytes.
+    """
+    if not isinstance(type_, str) or not isinstance(data, (bytes, bytearray)):
+        raise CorruptRecordError(
+            f"{what} cannot be read: its type is {type(type_).__name__} and its payload "
+            f"{type(data).__name__} (expected text and bytes)"
+        )
+    return Sealed(type_, bytes(data))
+
+
+def decode_blob(raw: bytes, what: str = "a stored channel value") -> Sealed | BlobDelta | None:
+    """What ``encode_blob`` stored (None: the channel is empty).
+
+    Raises:
+        CorruptRecordError: ``raw`` is not a value ``encode_blob`` writes
+            (``what`` names it).
+    """
     try:
         if raw[:1] == DELTA_MARK:
             (n,) = _LEN.unpack_from(raw, 1)
             base, prefix = ormsgpack.unpackb(raw[5 : 5 + n])
             b_type, b_data = ormsgpack.unpackb(raw[5 + n :])
-            return BlobDelta(str(base), int(prefix), Sealed(b_type, b_data))
+            if not isinstance(base, str) or isinstance(prefix, bool):
+                raise ValueError(f"delta base {base!r} / count {prefix!r}")
+            return BlobDelta(base, int(prefix), _sealed(b_type, b_data, what))
         b_type, b_data = ormsgpack.unpackb(raw)
     except (ValueError, TypeError, struct.error) as exc:
-        raise CorruptRecordError(f"a stored channel value cannot be read: {exc}") from exc
-    return None if b_type == "empty" or b_data is None else Sealed(b_type, b_data)
+        raise CorruptRecordError(f"{what} cannot be read: {exc}") from exc
+    if b_type == "empty" and b_data is None:
+        return None
+    return _sealed(b_type, b_data, what)
 
 
 def encode_frame(record: WriteRecord) -> bytes:
@@ -127,14 +150,23 @@ def encode_frame(record: WriteRecord) -> bytes:
     return _FRAME_HEAD.pack(record.idx, len(head)) + head + _LEN.pack(len(data)) + data
 
 
-def decode_frames(blob: bytes) -> Iterator[tuple[str, str, int, str, Sealed]]:
-    """(task id, task path, idx, channel, sealed) of each frame in ``blob``."""
+def decode_frames(
+    blob: bytes, what: str = "a stored write frame"
+) -> Iterator[tuple[str, str, int, str, Sealed]]:
+    """(task id, task path, idx, channel, sealed) of each frame in ``blob``.
+
+    Raises:
+        CorruptRecordError: ``blob`` is not frames ``encode_frame`` writes
+            (``what`` names the record).
+    """
     pos, end = 0, len(blob)
     try:
         while pos < end:
             idx, hlen = _FRAME_HEAD.unpack_from(blob, pos)
             pos += 8
             task_id, task_path, channel, type_ = ormsgpack.unpackb(blob[pos : pos + hlen])
+            if not all(isinstance(x, str) for x in (task_id, task_path, channel, type_)):
+                raise ValueError("a frame header field is not text")
             pos += hlen
             (dlen,) = _LEN.unpack_from(blob, pos)
             pos += 4
@@ -144,7 +176,7 @@ def decode_frames(blob: bytes) -> Iterator[tuple[str, str, int, str, Sealed]]:
             pos += dlen
             yield task_id, task_path, idx, channel, Sealed(type_, data)
     except (struct.error, ValueError, TypeError) as exc:
-        raise CorruptRecordError(f"a stored write frame cannot be read: {exc}") from exc
+        raise CorruptRecordError(f"{what} cannot be read: {exc}") from exc
 
 
 def encode_data_key(key: StoredDataKey) -> bytes:
@@ -203,15 +235,21 @@ class _Entry:
     )
 
     def __init__(self, raw: Sequence[Any], seen: dict[tuple[str, str, str], Any]) -> None:
+        self.checkpoint_id = "?"
         try:
             ns, cid, hdr, payload, blobs, writes, sends = raw
             self.ns = _text(ns)
             self.checkpoint_id = _text(cid)
             self.header = ormsgpack.unpackb(hdr)
             self.payload = ormsgpack.unpackb(payload)
-            self.blobs, self.bases = self._walk(self.header[3], list(blobs or []), seen)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            raise CorruptRecordError(f"a stored checkpoint record cannot be read: {exc}") from exc
+            refs = self.header[3]
+            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+                raise ValueError("its blob references are not a list of texts")
+            self.blobs, self.bases = self._walk(refs, list(blobs or []), seen)
+        except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(
+                f"stored checkpoint {self.checkpoint_id} cannot be read: {exc}"
+            ) from exc
         self.writes: list[Any] = list(writes or [])
         self.sends: list[Any] = list(sends or [])
         self._index: dict[str, Any] | None = None
@@ -231,7 +269,11 @@ class _Entry:
         for j in range(0, len(refs) - 1, 2):
             channel, version = refs[j], refs[j + 1]
             first, earlier = True, False
+            visited: set[str] = set()
             while True:
+                if version in visited:  # altered bases that lead back: never a loop
+                    raise ValueError(f"the delta chain of channel {channel!r} loops")
+                visited.add(version)
                 where = (self.ns, channel, version)
                 if earlier:  # the script sent the rest of this chain earlier in the reply
                     if where not in seen:
@@ -242,11 +284,17 @@ class _Entry:
                     pos += 1
                     if raw == _SENT:
                         blob, earlier = seen[where], True
-                    elif not raw:  # missing: the channel is absent, as in a SQL join
+                    elif not raw:  # missing: the codec decides (the body says what it holds)
                         seen[where] = None
+                        if first:
+                            blobs.append((channel, version, None))
                         break
                     else:
-                        blob = seen[where] = decode_blob(bytes(raw))
+                        blob = seen[where] = decode_blob(
+                            bytes(raw),
+                            f"the value of channel {channel!r} version {version} (namespace "
+                            f"{self.ns!r}, read for checkpoint {self.checkpoint_id})",
+                        )
                 if first:
                     blobs.append((channel, version, blob))
                 else:
@@ -278,18 +326,25 @@ class _Entry:
         The codec's pipeline compares that index with the opened metadata (when
         it encrypts), so an altered clear index fails like altered ciphertext.
         """
+        what = f"checkpoint {self.checkpoint_id} of thread {thread!r} (namespace {self.ns!r})"
         try:
             _v, parent, _run, _refs, _delta = self.header
             _index, c_type, c_data, m_type, m_data = self.payload
         except (ValueError, TypeError) as exc:
-            raise CorruptRecordError(
-                f"checkpoint {self.checkpoint_id} of thread {thread!r} has a malformed record"
-            ) from exc
-        writes = [w for blob in self.writes for w in decode_frames(blob)]
+            raise CorruptRecordError(f"{what} has a malformed record") from exc
+        if parent is not False and not isinstance(parent, str):
+            raise CorruptRecordError(f"{what} has a malformed parent pointer {parent!r}")
+        body = _sealed(c_type, c_data, f"the body of {what}")
+        metadata = _sealed(m_type, m_data, f"the metadata of {what}")
+        writes = [
+            w for blob in self.writes for w in decode_frames(blob, f"a pending write of {what}")
+        ]
         sends = [
             (task_id, path, idx, sealed)
             for blob in self.sends
-            for task_id, path, idx, channel, sealed in decode_frames(blob)
+            for task_id, path, idx, channel, sealed in decode_frames(
+                blob, f"a pending send of the parent of {what}"
+            )
             if channel == TASKS
         ]
         return StoredCheckpoint(
@@ -297,8 +352,8 @@ class _Entry:
             ns=self.ns,
             checkpoint_id=self.checkpoint_id,
             parent_checkpoint_id=parent if isinstance(parent, str) else None,
-            body=Sealed(c_type, c_data),
-            metadata=Sealed(m_type, m_data),
+            body=body,
+            metadata=metadata,
             blobs=self.blobs,
             bases=self.bases,
             writes=writes,
