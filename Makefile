@@ -7,8 +7,9 @@
 #                        DynamoDB; sync and async); LANGGRAPH_SUITE_ARGS="--saver redis" narrows it
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
-#   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8) and
-#                        100 property examples per test (make test runs 8)
+#   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8),
+#                        100 property examples per test (make test runs 8) and the full
+#                        tamper matrix (every backend, mode and edit; make test runs a part)
 #
 # Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
 # answering on 127.0.0.1:5432, else a throwaway server; Redis from $LGD_REDIS_URL, else one
@@ -72,11 +73,14 @@ bench: setup
 
 # The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py)
 # and the property tests with 100 examples each (tests/property); make test runs 8 of each.
+# LGD_TAMPER_FULL=1: the tamper matrix on every backend in every mode, sync and async, every
+# edit (tests/security/test_tamper_matrix.py; make test runs about a minute of it).
 SOAK_TRIALS ?= 500
 SOAK_PROPERTY_EXAMPLES ?= 100
 soak: setup
 	mkdir -p .lgd && rm -f .lgd/soak-report.txt
 	LGD_CRASH_TRIALS=$(SOAK_TRIALS) LGD_CRASH_REPORT=.lgd/soak-report.txt \
-		LGD_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) \
-		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py tests/property; \
+		LGD_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) LGD_TAMPER_FULL=1 \
+		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py tests/property \
+		tests/security/test_tamper_matrix.py; \
 		status=$$?; cat .lgd/soak-report.txt; exit $$status

@@ -302,11 +302,20 @@ class Record:
 
 @dataclass
 class Edit:
+    """One edit of the matrix.
+
+    ``removal``: the edit takes a record out of what a read sees (deletes it, or
+    changes a field that locates it: a key column, a key's name, a sort-key part)
+    rather than changing what it holds. Encryption alone does not detect removal.
+    """
+
     kind: str
     record: str
     field: str
     action: str
     apply: Callable[[], Callable[[], None]]
+    removal: bool = False
+    rec: Record | None = None
 
     @property
     def name(self) -> str:
@@ -492,14 +501,17 @@ def _record_edits(
     categorical: set[Any],
     first: bool,
 ) -> Iterator[Edit]:
-    def edit(field_: str, action: str, fn: Callable[[], Callable[[], None]]) -> Edit:
-        return Edit(rec.kind, rec.label, field_, action, fn)
+    def edit(
+        field_: str, action: str, fn: Callable[[], Callable[[], None]], removal: bool = False
+    ) -> Edit:
+        return Edit(rec.kind, rec.label, field_, action, fn, removal, rec)
 
     for name, tree in rec.fields.items():
+        moves = name in rec.keys or name in layout.SCOPE  # editing it moves the record
         if name in layout.SCOPE:
             if first and isinstance(tree, str):  # the record moved to another tenant/thread
                 moved = {**rec.fields, name: tweak(tree)}
-                yield edit(name, f"tweak -> {tweak(tree)!r}", _bind(layout.write, rec, moved))
+                yield edit(name, f"tweak -> {tweak(tree)!r}", _bind(layout.write, rec, moved), True)
             continue
         for path, leaf in leaves(tree):
             if _inner(tree, path):
@@ -518,7 +530,7 @@ def _record_edits(
                     continue
                 fields = {**rec.fields, name: set_at(tree, path, new)}
                 label = f"{action} -> {_short(new)}" if not isinstance(new, bytes) else action
-                yield edit(path_label(name, path), label, _bind(layout.write, rec, fields))
+                yield edit(path_label(name, path), label, _bind(layout.write, rec, fields), moves)
                 if name in rec.keys and action in ("other value", "tweak"):
                     yield edit(
                         path_label(name, path),
@@ -528,18 +540,37 @@ def _record_edits(
             if _droppable(tree, path):
                 dropped = {**rec.fields, name: drop_at(tree, path)}
                 yield edit(
-                    path_label(name, path), "drop element", _bind(layout.write, rec, dropped)
+                    path_label(name, path),
+                    "drop element",
+                    _bind(layout.write, rec, dropped),
+                    moves,
                 )
         for path in dict.fromkeys(_container_drops(tree)):
             dropped = {**rec.fields, name: drop_at(tree, path)}
-            yield edit(path_label(name, path), "drop element", _bind(layout.write, rec, dropped))
+            yield edit(
+                path_label(name, path),
+                "drop element",
+                _bind(layout.write, rec, dropped),
+                moves or _is_frame(tree, path),
+            )
         rest = layout.without(rec, name) if tree is not None else None
         if rest is not None:
             yield edit(name, "remove field", _bind(layout.write, rec, rest))
     blank = layout.blanked(rec)
     if blank is not None:
         yield edit("*", "blank (payloads removed, type 'empty')", _bind(layout.write, rec, blank))
-    yield edit("*", "delete record", lambda: layout.delete(rec))
+    yield edit("*", "delete record", lambda: layout.delete(rec), True)
+
+
+def _is_frame(tree: Any, path: tuple[Any, ...]) -> bool:
+    """Whether ``path`` is a whole record inside a value of several (a write frame):
+    dropping it removes that record."""
+    if len(path) < 2 or path[-2] is not Enc:
+        return False
+    node = tree
+    for p in path[:-2]:
+        node = node.value if p is Enc else node[p]
+    return isinstance(node, Enc) and node.fmt == "frames"
 
 
 def _inner(tree: Any, path: tuple[Any, ...]) -> bool:

@@ -301,6 +301,12 @@ def encode_redis(tree: Any) -> bytes:
     raise AssertionError(tree.fmt)
 
 
+def _stored_as(fields: dict[str, Any]) -> tuple[Any, Any]:
+    """What a Redis record's fields store (value bytes, score)."""
+    value = fields.get("value")
+    return (encode_redis(value) if "value" in fields else None, fields.get("score"))
+
+
 def _text(b: Any) -> str:
     return b.decode("utf-8", "surrogateescape") if isinstance(b, bytes) else str(b)
 
@@ -400,6 +406,8 @@ class RedisLayout(Layout):
     def write(self, rec: Record, fields: dict[str, Any]) -> Callable[[], None]:
         key, member = rec.handle
         new = self._member(rec, fields)
+        if new == member and _stored_as(rec.fields) == _stored_as(fields):
+            raise StorageRefused("no change")
         if new != member:
             if self._exists(rec.kind, key, new):
                 raise StorageRefused("a record of that name exists")
@@ -471,6 +479,7 @@ class RedisLayout(Layout):
             "*",
             f"delete whole checkpoint ({len(group)} records)",
             delete_all,
+            removal=True,
         )
         yield Edit("checkpoint", cid[-12:], "*", "copy whole checkpoint under a new id", copy_all)
 
@@ -555,7 +564,7 @@ class DynamoLayout(Layout):
 
     def write(self, rec: Record, fields: dict[str, Any]) -> Callable[[], None]:
         old, new = self._item(rec.fields), self._item(fields)
-        moved = new["sk"] != old["sk"]
+        moved = self._key(new) != self._key(old)
         self._put(new, new=moved)
         if moved:
             self.client.delete_item(TableName=self.table, Key=self._key(old))
@@ -589,8 +598,8 @@ def _item_kind(pk: str, parts: list[str]) -> str:
         return "data key"
     if parts[0] == "b":
         return "blob" + (" chunk" if "k" in parts[4:] else "")
-    if parts[0] == "c":
-        if len(parts) > 4 and parts[4] == "w":
+    if parts[0] == "c":  # c, ns, id, "" | k,name,i | w,task,idx[,k,name,i]
+        if len(parts) > 3 and parts[3] == "w":
             return "write"
         if "k" in parts[3:]:
             return "chunk"
