@@ -415,13 +415,18 @@ def _generic(tree: Any, path: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def representatives(recs: list[Record], categorical: set[Any]) -> list[Record]:
     """A few records of one kind that together show every path, type and categorical
-    value the kind has (greedy cover, ties broken towards the middle of the thread)."""
+    value the kind has (greedy cover, ties broken towards the middle of the thread),
+    and the first by key (checkpoint ids sort in time order: the thread's first
+    checkpoint, which has no parent, is a case of its own)."""
     by_label = sorted(recs, key=lambda r: r.label)
     mid = len(by_label) // 2
     ordered = [r for _i, r in sorted(enumerate(by_label), key=lambda p: abs(p[0] - mid))]
     feats = {id(r): _features(r, categorical) for r in ordered}
     todo = set().union(*feats.values()) if feats else set()
     out: list[Record] = []
+    if recs:
+        out.append(min(recs, key=lambda r: repr([r.fields.get(k) for k in r.keys])))
+        todo -= feats[id(out[0])]
     while todo:
         best = max(ordered, key=lambda r: len(feats[id(r)] & todo))
         out.append(best)

@@ -223,11 +223,12 @@ def newest(listing: list[Any]) -> set[str]:
     return ids - parents
 
 
-def _removes(edit: Edit, ids: set[str], writes: bool) -> bool:
-    """Whether ``edit`` takes away a record of one of checkpoints ``ids``: a pending
-    write (``writes``) or a record of the checkpoint itself."""
+def _removes(edit: Edit, ids: set[str], writes: bool, removal: bool) -> bool:
+    """Whether ``edit`` (a ``removal``: it deletes, moves or unindexes) takes away a
+    record of one of checkpoints ``ids``: a pending write (``writes``) or a record of
+    the checkpoint itself."""
     rec = edit.rec
-    if not edit.removal or rec is None or bool(WRITE_KINDS.fullmatch(rec.kind)) != writes:
+    if not removal or rec is None or bool(WRITE_KINDS.fullmatch(rec.kind)) != writes:
         return False
     texts = [
         leaf
@@ -285,8 +286,9 @@ def run_matrix(
                     out.verify_broken = True
                 except Exception as e:  # noqa: BLE001 - a builtin from verify is a hole
                     out = Outcome(edit, "builtin", f"verify: {type(e).__name__}: {e}"[:200])
-            out.tail = _removes(edit, tail, writes=True)
-            out.truncates = _removes(edit, heads, writes=False)
+            gone = edit.removal or (out.result == "changed" and _shrank(out.detail))
+            out.tail = _removes(edit, tail, True, gone)
+            out.truncates = _removes(edit, heads, False, gone)
             outcomes.append(out)
         finally:
             undo()
@@ -329,8 +331,9 @@ async def arun_matrix(
                     out.verify_broken = True
                 except Exception as e:  # noqa: BLE001
                     out = Outcome(edit, "builtin", f"verify: {type(e).__name__}: {e}"[:200])
-            out.tail = _removes(edit, tail, writes=True)
-            out.truncates = _removes(edit, heads, writes=False)
+            gone = edit.removal or (out.result == "changed" and _shrank(out.detail))
+            out.tail = _removes(edit, tail, True, gone)
+            out.truncates = _removes(edit, heads, False, gone)
             outcomes.append(out)
         finally:
             undo()

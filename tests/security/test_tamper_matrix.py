@@ -87,6 +87,10 @@ CLEAR: dict[tuple[str, str, str], str] = {
     ("redis.*", r":\{T\}:h hash \\0\\0(created|touched)", ".*"): (
         "the thread's created/touched times: retention only"
     ),
+    ("redis.*", r":\{T\}:h hash \\0", ".*"): (
+        "the mark that the thread is in its tenant's thread index: cross-thread listing "
+        "and retention; a thread's own reads do not use it"
+    ),
     ("redis.*", r":\{T\}:h hash", r"value\[0\]"): ("header v: the body's own v is authoritative"),
     ("redis.*", r":\{T\}:h hash", r"value\[2\]"): "header run_id: the delete_for_runs index",
     ("redis.*", r":\{T\}:h hash", r"value\[4\]"): (
