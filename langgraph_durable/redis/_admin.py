@@ -160,21 +160,45 @@ class AdminOps(OpsBase):
         keys = self.keys.thread(_ident(tenant, "tenant id"), _ident(thread_id, "thread_id"))
         index_keys = (keys[4], keys[5])
         found = yield Batch(
-            tuple(
-                Command(("ZRANGEBYSCORE", key, low, high))
-                for key in index_keys
-                for low, high in (("-inf", "(0"), ("(0", "+inf"))
+            (
+                *(
+                    Command(("ZRANGEBYSCORE", key, low, high))
+                    for key in index_keys
+                    for low, high in (("-inf", "(0"), ("(0", "+inf"))
+                ),
+                Command(("HKEYS", keys[0])),
+                Command(("ZRANGE", keys[4], 0, -1)),
+                Command(("ZRANGE", keys[5], 0, -1)),
             )
         )
-        problems = []
-        for n, result in enumerate(found):
+        for result in found:
             if isinstance(result, BaseException):
                 raise result
+        problems = []
+        for n, result in enumerate(found[:4]):
             for member in result or ():
                 name = _text(member).replace(SEP, "/")
                 problems.append(
                     f"index {'in'[n // 2]!r} has member {name!r} with a score other than 0 "
                     "(it changes which checkpoint reads as the latest)"
+                )
+        # every stored checkpoint ("<ns>\0<id>" in the header hash) is in both indexes
+        stored = {_text(f) for f in found[4] or () if not _is_meta(_raw(f))}
+        by_ns = set(map(_text, found[5] or ()))
+        by_id = set()
+        for member in map(_text, found[6] or ()):
+            cid, _sep, ns = member.partition(SEP)
+            by_id.add(ns + SEP + cid)
+        for what, have in (("i", by_ns), ("n", by_id)):
+            for field in sorted(stored - have):
+                problems.append(
+                    f"checkpoint {field.replace(SEP, '/')!r} is missing from index {what!r} "
+                    "(reads and listings skip it)"
+                )
+            for field in sorted(have - stored):
+                problems.append(
+                    f"index {what!r} names checkpoint {field.replace(SEP, '/')!r}, which is "
+                    "not stored"
                 )
         return problems
 
@@ -519,3 +543,7 @@ def _eviction_warning(config: dict[str, str], ttl_set: bool) -> str | None:
         "appendonly no): checkpoints can silently vanish under memory pressure or on a "
         f"restart; {fix}, and enable appendonly yes"
     )
+
+
+def _raw(field: Any) -> bytes:
+    return field if isinstance(field, bytes) else str(field).encode()

@@ -488,3 +488,23 @@ async def test_verify_names_an_index_score_that_changes_the_latest(
         assert not report.ok
         named = [b for b in broken if b.checkpoint_id == "index"]
         assert len(named) == 2 and all(ids[0] in b.reason for b in named), broken
+
+
+@pytest.mark.parametrize("target", TARGETS)
+async def test_verify_names_a_checkpoint_missing_from_an_index(
+    request: pytest.FixtureRequest, target: tuple[str, str], redis_prefix: str
+) -> None:
+    """Removing the newest checkpoint's index member makes reads fall back to its parent
+    (records intact): ``verify`` names the checkpoint the index lost."""
+    async with open_harness(request, target, redis_prefix, integrity=KEY) as h:
+        ids = await h.put_chain("th", 3, v=4)
+        keys = h.saver.keys.thread("default", "th")
+        h.raw.zrem(keys[4], f"\x00{ids[-1]}")
+        latest = await h.call("get_tuple", cfg("th"))
+        assert latest.config["configurable"]["checkpoint_id"] == ids[-2]  # the attack works
+        broken: list[Any] = []
+        report = await h.call("verify", thread_id="th", on_broken=broken.append)
+        assert not report.ok
+        assert [b.reason for b in broken if b.checkpoint_id == "index"] == [
+            f"checkpoint '/{ids[-1]}' is missing from index 'i' (reads and listings skip it)"
+        ]

@@ -214,6 +214,37 @@ def uncovered(listing: list[Any]) -> set[str]:
     return {c for c in parent if c not in covered}
 
 
+def _uncovered_op(saver: Any, thread: str) -> Any:
+    """An operation returning the checkpoint ids with a pending write that no chain
+    block covers, read from the stored chain blocks (the audit listing of ``verify``):
+    the writes of the newest two checkpoints, and writes LangGraph stored after the
+    put of the grandchild began (its background writes race the next puts)."""
+    from langgraph_durable._core.audit import AuditCodec
+    from langgraph_durable._core.sansio import Operation, collect_emits
+
+    ops = saver._make_ops(AuditCodec(saver.integrity))
+    listing = ops.list(saver.default_tenant, thread, None, None, None, None, None, False)
+
+    def steps() -> Any:
+        entries = yield from collect_emits(listing.steps)
+        by_id = {(e.ns, e.checkpoint_id): e for e in entries}
+        covered: set[tuple[str, str, tuple[str, int]]] = set()
+        for e in entries:
+            if e.block is None or not e.parent_id:
+                continue
+            covered |= {(e.ns, e.parent_id, k) for k in e.block.covers}
+            parent = by_id.get((e.ns, e.parent_id))
+            if parent is not None and parent.parent_id:
+                covered |= {(e.ns, parent.parent_id, k) for k in e.block.grand}
+        return {
+            e.checkpoint_id
+            for e in entries
+            if any((e.ns, e.checkpoint_id, k) not in covered for k in e.write_keys)
+        }
+
+    return Operation(steps())
+
+
 def newest(listing: list[Any]) -> set[str]:
     """Checkpoint ids no other checkpoint names as its parent (each branch's newest)."""
     ids = {t["config"]["configurable"]["checkpoint_id"] for t in listing}
@@ -265,6 +296,8 @@ def run_matrix(
     started = time.monotonic()
     baseline = read_all(saver, thread, middle)
     tail, heads = uncovered(baseline["list"]), newest(baseline["list"])
+    if saver.integrity is not None:
+        tail = saver._run(_uncovered_op(saver, thread))
     records = layout.records()
     outcomes = []
     for edit in selected(generate(layout, records), cap):
@@ -310,6 +343,8 @@ async def arun_matrix(
     started = time.monotonic()
     baseline = await aread_all(saver, thread, middle)
     tail, heads = uncovered(baseline["list"]), newest(baseline["list"])
+    if saver.integrity is not None:
+        tail = await saver._arun(_uncovered_op(saver, thread))
     records = layout.records()
     outcomes = []
     for edit in selected(generate(layout, records), cap):

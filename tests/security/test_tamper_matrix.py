@@ -134,8 +134,9 @@ LIMITS: dict[tuple[str, str, str, bool], str] = {
 }
 #: Why the removal of a pending write no chain covers yet is allowed.
 TAIL = (
-    "tail: the pending writes of a checkpoint without a grandchild are not yet covered "
-    "by a chain (a checkpoint's chain covers its grandparent's writes)"
+    "tail: a pending write no chain block covers (a checkpoint's chain covers the writes "
+    "of its parent and grandparent stored when its put began: the newest two "
+    "checkpoints' writes, and writes LangGraph stored after the grandchild's put)"
 )
 #: Records whose removal an anchored head does not catch (verify --heads finds the head
 #: through the other index): the truncation limit does not cover them.
