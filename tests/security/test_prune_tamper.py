@@ -218,6 +218,8 @@ def test_trim_refuses_to_sign_over_tampering(
             saver.prune([built.a], strategy="keep_latest")
         assert victim in str(info.value) and built.a in str(info.value)
         assert stored(spec, built.a, built.ids) == before_a
+    if what != "body":  # the command line runs the same check: one edit shows it (time)
+        return
     # the command line: exit 1, the broken link on stderr (and in the JSON summary)
     code, out, err = cli(spec, capsys, monkeypatch, "prune", "--keep", "1")
     assert code == 1, out + err
