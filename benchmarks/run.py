@@ -9,6 +9,9 @@
 Writes ``bench-<timestamp>.json``, ``.md`` and a ``.png`` per backend (each also copied to
 ``latest.*``) to ``--out`` and prints a summary table. See benchmarks/NOTES.md for what
 each figure means.
+
+Environment: BENCH_PACKAGE_ROOT=DIR measures the ``langgraph_durable`` under DIR (say, a
+checkout of an older commit) instead of this checkout's (benchmarks/series.py uses it).
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# The helper modules sit beside this file; the checkout's own package is what gets measured.
-for _p in (str(HERE.parent), str(HERE)):
+# The helper modules sit beside this file; the checkout's own package is what gets measured,
+# or the one under BENCH_PACKAGE_ROOT when that is set.
+PACKAGE_ROOT = os.environ.get("BENCH_PACKAGE_ROOT") or str(HERE.parent)
+for _p in (PACKAGE_ROOT, str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -205,6 +210,8 @@ def environment(backends: list[Any]) -> dict[str, Any]:
             env["packages"][pkg] = None
     for backend in backends:
         env.update(backend.describe())
+    if os.environ.get("BENCH_PACKAGE_ROOT"):
+        env["package_root"] = PACKAGE_ROOT
     try:
         env["git_commit"] = (
             subprocess.run(
