@@ -310,9 +310,15 @@ class CheckpointCodec:
                 plan = self.deltas.plan(scope, ch, str(ver), value, serialized)
                 written = plan.written
                 if plan.base is not None and allow_delta:
-                    tail = self.pipeline.seal(
-                        delta_identity(identity, plan.base, plan.prefix), value[plan.prefix :]
-                    )
+                    tail_identity = delta_identity(identity, plan.base, plan.prefix)
+                    if plan.tail is not None and type(serialized) is tuple:
+                        # a plain serialization (no redaction vault): the delta's bytes
+                        # are cut from it rather than serialized again
+                        tail = self.pipeline.seal_serialized(
+                            tail_identity, (serialized[0], plan.tail)
+                        )
+                    else:
+                        tail = self.pipeline.seal(tail_identity, value[plan.prefix :])
                     blobs.append(BlobRecord(ch, str(ver), tail, plan.base, plan.prefix))
                     tracked.append((ch, written))
                     continue

@@ -68,12 +68,26 @@ class DeltaPlan:
         serialized: (type, bytes) of the whole value when it was serialized,
             for storing it whole without serializing it again.
         written: What to remember once stored (None: never a base).
+        tail: For a delta, the msgpack array of the items past ``prefix``, cut
+            from ``serialized`` (the bytes serializing those items would give:
+            msgpack writes an array as its header and its items one after the
+            other), so the delta is not serialized again; else None.
     """
 
     base: str | None
     prefix: int
     serialized: tuple[str, bytes] | None
     written: Written | None
+    tail: bytes | None = None
+
+
+def _array_header(n: int) -> bytes:
+    """The shortest msgpack header of an array of ``n`` items (as every encoder writes it)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
 
 
 def _array_items(type_: str, data: bytes, count: int) -> memoryview | None:
@@ -144,7 +158,8 @@ class DeltaTracker:
             h.update(body[prev.size :])
             if extends:
                 written = Written(version, prev.depth + 1, len(value), len(body), h.digest())
-                return DeltaPlan(prev.version, prev.items, serialized, written)
+                tail = _array_header(len(value) - prev.items) + body[prev.size :].tobytes()
+                return DeltaPlan(prev.version, prev.items, serialized, written, tail)
         else:
             h.update(body)
         return DeltaPlan(

@@ -2,7 +2,12 @@
 
 Each is one statement, one round trip: it reads the thread's registry row
 (creating it on the thread's first write, refreshing ``updated_at`` and
-``expires_at`` now and then) and inserts the rows in the thread's epoch.
+``expires_at`` now and then) and inserts the rows in the thread's epoch. A
+thread this process registered moments ago, in the current epoch, is written
+by a lean form of the same statement that only checks its registry row (no
+insert or update of it, no lock): if the row is gone, the epoch is no longer
+the current one or a refresh of ``updated_at`` is due, nothing is written and
+the full form runs.
 Pure: no psycopg import, no I/O.
 """
 
@@ -25,6 +30,11 @@ __all__ = ["WriteOps", "text_array"]
 
 # How stale a thread's updated_at may get while it is being written.
 TOUCH_INTERVAL = "30 seconds"
+# How long after writing a thread through the statement that registers it a
+# process writes it through the lean one (see ``lean_cte``); under half of
+# TOUCH_INTERVAL, so that a lean write rarely finds a refresh due and has to
+# run again in full.
+LEAN_SECONDS = 10.0
 
 
 class WriteOps(OpsBase):
@@ -72,8 +82,22 @@ class WriteOps(OpsBase):
             f"SELECT 1 FROM cur WHERE cur.updated_at < now() - interval '{TOUCH_INTERVAL}')), "
             "t AS (SELECT epoch FROM cur UNION ALL SELECT epoch FROM ins LIMIT 1)"
         )
+        # The lean form, for a thread this process registered moments ago: its
+        # row must still be there, in the epoch the process knows, that epoch
+        # must be the current one (a thread of an older epoch may be moved by the
+        # pruner: the full form's lock makes the write wait for that), and its
+        # updated_at must not be due for a refresh. Nothing is inserted or
+        # updated in the registry, nothing is locked.
+        lean_cte = (
+            "ce AS MATERIALIZED (SELECT floor(extract(epoch FROM now()) / (86400 * ("
+            f"SELECT value::integer FROM {s}.settings WHERE key = 'partition_days')))"
+            "::integer AS e), "
+            f"t AS (SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s "
+            "AND thread_id = %(thread)s AND epoch = %(epoch)s AND epoch >= (SELECT e FROM ce) "
+            f"AND updated_at >= now() - interval '{TOUCH_INTERVAL}')"
+        )
         self.PUT_SQL = (
-            f"WITH {thread_cte}, "
+            "WITH {thread}, "
             "u AS (SELECT * FROM unnest(%(b_channels)s::text[], %(b_versions)s::text[], "
             "%(b_types)s::text[], %(b_blobs)b::bytea[], %(b_bases)s::text[], "
             "%(b_counts)s::integer[]) AS u(channel, version, type, blob, base, base_count)), "
@@ -109,10 +133,13 @@ class WriteOps(OpsBase):
         # parent table would lock every partition, and wait behind the pruner's
         # detach of an old one.
         self._put_template = self.PUT_SQL
-        self.PUT_SQL = self._put_template.replace("{missing}", "missing AS (SELECT 1 WHERE false)")
-        self._put_delta_cache: dict[int, str] = {}
+        self._thread_ctes = {False: thread_cte, True: lean_cte}
+        no_check = "missing AS (SELECT 1 WHERE false)"
+        self.PUT_SQL = self._put_template.format(thread=thread_cte, missing=no_check)
+        self._put_lean_sql = self._put_template.format(thread=lean_cte, missing=no_check)
+        self._put_delta_cache: dict[tuple[int, bool], str] = {}
         writes_head = (
-            f"WITH {thread_cte}, "
+            "WITH {thread}, "
             f"w AS (INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
             "task_id, idx, epoch, task_path, channel, type, blob) "
             "SELECT %(tenant)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, "
@@ -121,22 +148,35 @@ class WriteOps(OpsBase):
             "%(types)s::text[], %(blobs)b::bytea[]) AS u(idx, channel, type, blob) "
             "ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, epoch) "
         )
-        self.INSERT_WRITES_SQL = writes_head + "DO NOTHING) SELECT epoch FROM t"
-        self.UPSERT_WRITES_SQL = (
+        insert = writes_head + "DO NOTHING) SELECT epoch FROM t"
+        upsert = (
             writes_head + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
             "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) SELECT epoch FROM t"
         )
+        self.INSERT_WRITES_SQL = insert.format(thread=thread_cte)
+        self.UPSERT_WRITES_SQL = upsert.format(thread=thread_cte)
+        # (replace, lean) -> statement
+        self._writes_sql = {
+            (replace, lean): (upsert if replace else insert).format(thread=self._thread_ctes[lean])
+            for replace in (False, True)
+            for lean in (False, True)
+        }
         # The columns of a stored checkpoint with its blobs, writes and (for
         # checkpoints before format 4) the parent's pending sends, in one row.
 
-    def _put_delta_sql(self, epoch: int) -> str:
-        """PUT_SQL for a checkpoint with deltas, by a process that knows the thread's epoch.
+    def _put_known_sql(self, epoch: int, deltas: bool, lean: bool) -> str:
+        """PUT_SQL for a thread whose epoch this process knows (``%(epoch)s``).
 
-        Nothing is written (``missing``) when a delta's base is not in the
-        epoch's partition, or the thread is no longer in that epoch (deleted
-        and started again): the caller then writes full copies.
+        Lean (see ``lean_cte``): nothing is written when the thread's registry
+        row is gone, in another epoch or in an old one. With deltas, nothing is
+        written (``missing``) when a delta's base is not in the epoch's
+        partition, or the thread is no longer in that epoch (deleted and started
+        again). Either way the caller writes the checkpoint again, through the
+        full form with full copies.
         """
-        sql = self._put_delta_cache.get(epoch)
+        if not deltas:
+            return self._put_lean_sql if lean else self.PUT_SQL
+        sql = self._put_delta_cache.get((epoch, lean))
         if sql is None:
             leaf = self._leaf("blobs", epoch)
             missing = (
@@ -146,10 +186,10 @@ class WriteOps(OpsBase):
                 "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s "
                 "AND x.epoch = %(epoch)s AND x.channel = u.channel AND x.version = u.base))"
             )
-            sql = self._put_template.replace("{missing}", missing)
+            sql = self._put_template.format(thread=self._thread_ctes[lean], missing=missing)
             if len(self._put_delta_cache) > 1000:
                 self._put_delta_cache.clear()
-            self._put_delta_cache[epoch] = sql
+            self._put_delta_cache[(epoch, lean)] = sql
         return sql
 
     def _expiry(self, tenant: str) -> dict[str, float | None]:
@@ -183,28 +223,32 @@ class WriteOps(OpsBase):
         # Deltas only where this process knows the thread's epoch (it wrote or
         # read the thread), so the base check reads one partition.
         epoch = self.epochs.get(key.tenant, key.thread)
+        lean = self.epochs.registered_within(key.tenant, key.thread, LEAN_SECONDS)
         rec = self.codec.encode_checkpoint(
             key, config, checkpoint, metadata, new_versions, allow_delta=epoch is not None
         )
         try:
             row = None
-            if epoch is not None and any(b.base is not None for b in rec.blobs):
+            deltas = any(b.base is not None for b in rec.blobs)
+            if epoch is not None and (lean or deltas):
                 try:
                     row = yield Query(
-                        self._put_delta_sql(epoch),
+                        self._put_known_sql(epoch, deltas, lean),
                         {**self._put_params(rec), "epoch": epoch},
                         "one",
                     )
                 except (SchemaError, MissingPartitionError):  # that partition is gone
                     row = (None, True, None)
-                if row is not None and row[1]:
-                    # a delta's base is gone: write this checkpoint with full copies
+                if row is not None and (row[1] or row[0] is None):
+                    # a delta's base is gone, or (lean) the thread is not where this
+                    # process left it: write this checkpoint with full copies
                     self.codec.forget_thread(key.tenant, key.thread)
                     self.epochs.forget(key.tenant, key.thread)
                     rec = self.codec.encode_checkpoint(
                         key, config, checkpoint, metadata, new_versions, allow_delta=False
                     )
                     row = None
+            registered = row is None
             if row is None:
                 row = yield from self._with_partition(
                     Query(self.PUT_SQL, self._put_params(rec), "one")
@@ -216,7 +260,7 @@ class WriteOps(OpsBase):
             self.codec.forget_thread(key.tenant, key.thread)
             raise
         self.codec.written(rec, list(row[2] or []) if row is not None else [])
-        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
+        self.epochs.remember(key.tenant, key.thread, row[0] if row else None, registered)
         return self.codec.config(key, rec.checkpoint_id)
 
     def _check_stored(self, rec: CheckpointRecord, epoch: int) -> Generator[Any, Any, None]:
@@ -308,9 +352,22 @@ class WriteOps(OpsBase):
             "blobs": [r.sealed.data for r in records],
             **self._expiry(key.tenant),
         }
-        sql = self.UPSERT_WRITES_SQL if replace else self.INSERT_WRITES_SQL
+        epoch = self.epochs.get(key.tenant, key.thread)
+        if epoch is not None and self.epochs.registered_within(
+            key.tenant, key.thread, LEAN_SECONDS
+        ):
+            try:
+                row = yield Query(
+                    self._writes_sql[(replace, True)], {**params, "epoch": epoch}, "one"
+                )
+            except (SchemaError, MissingPartitionError):  # that partition is gone
+                row = None
+            if row is not None:
+                return None
+            self.epochs.forget(key.tenant, key.thread)  # not where this process left it
+        sql = self._writes_sql[(replace, False)]
         row = yield from self._with_partition(Query(sql, params, "one"))
-        self.epochs.remember(key.tenant, key.thread, row[0] if row else None)
+        self.epochs.remember(key.tenant, key.thread, row[0] if row else None, True)
         return None
 
     def _with_partition(self, query: Query) -> Generator[Any, Any, Any]:

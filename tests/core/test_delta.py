@@ -207,3 +207,19 @@ def test_codec_without_deltas_stores_full_copies() -> None:
         rec = codec.encode_checkpoint(KEY, {"configurable": {}}, cp, {}, {"messages": version})
         codec.written(rec)
         assert rec.blobs[0].base is None and rec.tracked == []
+
+
+@pytest.mark.parametrize(
+    ("before", "added"), [(1, 1), (3, 14), (15, 1), (2, 16), (10, 70_000), (70_000, 3)]
+)
+def test_a_deltas_bytes_cut_from_the_whole_equal_serializing_its_items(
+    before: int, added: int
+) -> None:
+    serde = JsonPlusSerializer()
+    t = tracker(max_chain=4)
+    items: list[Any] = [{"n": i, "text": "x" * (i % 7)} for i in range(before + added)]
+    first = t.plan("s", "messages", "v1", items[:before])
+    t.remember("s", "messages", first.written)
+    plan = t.plan("s", "messages", "v2", items)
+    assert plan.base == "v1" and plan.tail is not None
+    assert plan.tail == serde.dumps_typed(items[before:])[1]
