@@ -392,14 +392,16 @@ def _writes_payloads(q: Query) -> bool:
 
 @contextmanager
 def _autocommit(conn: Connection[Any]) -> Iterator[None]:
-    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+    # pgconn's status is the int behind conn.info.transaction_status, read without
+    # building the info object and the enum on every call
+    if conn.autocommit or conn.pgconn.transaction_status != TransactionStatus.IDLE:
         yield
         return
     conn.autocommit = True
     try:
         yield
     finally:
-        if conn.info.transaction_status == TransactionStatus.IDLE:
+        if conn.pgconn.transaction_status == TransactionStatus.IDLE:
             conn.autocommit = False
 
 
@@ -612,7 +614,9 @@ class AsyncConnector:
 
 @asynccontextmanager
 async def _aautocommit(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
-    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+    # pgconn's status is the int behind conn.info.transaction_status, read without
+    # building the info object and the enum on every call
+    if conn.autocommit or conn.pgconn.transaction_status != TransactionStatus.IDLE:
         yield
         return
     await conn.set_autocommit(True)

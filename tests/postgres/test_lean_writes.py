@@ -143,3 +143,20 @@ def _checkpoint_args(thread: str, step: int, parent: Any = None) -> tuple:
     cp = versioned_cp(step=step)
     config = parent if parent is not None else cfg(thread)
     return config, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 9, 30])
+def test_any_number_of_blobs_in_one_call_round_trips(pg_url: str, pg_schema: str, n: int) -> None:
+    # up to SPREAD_MAX blobs go as separate parameters, more as one bytea[] list
+    from tests.helpers import versioned_cp
+
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        s.setup()
+        values = {f"ch{i}": [f"value {i}", bytes([i % 256]) * i] for i in range(n)}
+        cp = versioned_cp(**values)
+        stored = s.put(cfg("t"), cp, {}, cp["channel_versions"])
+        writes = [(f"w{i}", {"i": i, "data": b"\x00" * i}) for i in range(n)]
+        s.put_writes(stored, writes, "task")
+        got = s.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["channel_values"] == values
+        assert [(c, v) for _, c, v in got.pending_writes] == writes
