@@ -620,7 +620,12 @@ class CheckpointCodec:
         delta: BlobDelta,
         memo: ListMemo | None,
     ) -> tuple[Any, ...]:
-        """The items of a delta-encoded list value, rebuilt along its chain."""
+        """The items of a delta-encoded list value, rebuilt along its chain.
+
+        With a ``memo`` (a listing) every version on the way is kept for the
+        next checkpoints; without one (a single read) only the value is built.
+        """
+        keep = memo is not None
         memo = memo if memo is not None else ListMemo()
         thread, ns = key.thread, stored.ns
         # Walk down to a full copy or a version the memo holds, then back up.
@@ -654,11 +659,12 @@ class CheckpointCodec:
                     f"a delta, is missing"
                 )
             payload = stored.bases[(channel, ver)]
+        built: list[Any] = list(items)
         for ver, step in reversed(todo):
-            if len(items) != step.prefix:
+            if len(built) != step.prefix:
                 raise self.pipeline.tampered(
                     f"channel {channel!r} version {ver} of thread {thread!r} extends "
-                    f"{step.prefix} items but its base has {len(items)}"
+                    f"{step.prefix} items but its base has {len(built)}"
                 )
             tail = self._open_blob(key, stored, channel, ver, step.tail, step)
             if not isinstance(tail, list):
@@ -666,8 +672,10 @@ class CheckpointCodec:
                     f"channel {channel!r} version {ver} of thread {thread!r}: a delta's "
                     "items are not a list"
                 )
-            items = memo.put((thread, ns, channel, ver), items + tuple(tail))
-        return items
+            built.extend(tail)
+            if keep:
+                memo.put((thread, ns, channel, ver), built)
+        return tuple(built)
 
     def _open_blob(
         self,
@@ -680,11 +688,17 @@ class CheckpointCodec:
     ) -> Any:
         if sealed is None or isinstance(sealed, BlobDelta) or sealed.type == "empty":
             return None
-        identity = RecordIdentity(
-            key.tenant, key.thread, stored.ns, RecordKind.BLOB, "", channel, version, channel
+        identity = RecordIdentity(  # as delta_identity() makes it, built once
+            key.tenant,
+            key.thread,
+            stored.ns,
+            RecordKind.BLOB,
+            "",
+            channel,
+            version,
+            channel,
+            "" if delta is None else f"delta:{delta.base}:{delta.prefix}",
         )
-        if delta is not None:
-            identity = delta_identity(identity, delta.base, delta.prefix)
         return self.pipeline.open(identity, sealed)
 
     def _migrate_pending_sends(
