@@ -3,6 +3,7 @@
 
     python benchmarks/floor.py                      # 20 rounds of 12 threads per saver
     python benchmarks/floor.py --rounds 4 --quick   # smoke run
+    python benchmarks/floor.py --get                # the floor of one get_tuple
 
 Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop, 5 turns,
 13 steps per thread), four threads at a time, through:
@@ -16,6 +17,19 @@ Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop
   autocommit;
 - ``floor-nosync``: the same with ``synchronous_commit=off`` (no wait for the WAL flush);
 - ``ours``: our ``PostgresSaver`` with its defaults.
+
+With ``--get``, the floor of one ``get_tuple`` instead: a 5-turn thread is written to
+upstream's saver and ours, and its newest checkpoint, serialized whole by LangGraph's
+serializer, to one row of a table; then, one call at a time, in rotating rounds:
+
+- ``floor-get``: one prepared ``SELECT`` of that row and LangGraph's serializer decoding
+  it (what any saver must do to hand back a checkpoint it stores in PostgreSQL);
+- ``floor-fetch``: the same ``SELECT`` without decoding;
+- ``upstream``: langgraph-checkpoint-postgres's ``get_tuple`` (its documented connection
+  settings, a pool of one);
+- ``ours``: our ``get_tuple`` (a pool of one).
+
+It prints p50 latency and client CPU per call, and each against upstream's.
 
 Rounds rotate which saver goes first. Prints, and writes to ``floor-<timestamp>.json``
 and ``.md`` in ``--out``, each saver's process CPU per step and graph steps/s, and
@@ -121,6 +135,124 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
         return f"{last + 1:032}.{random.random():016}"
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
+    """The floor of one get_tuple (see the module's docstring)."""
+    from langgraph.checkpoint.postgres import PostgresSaver as UpstreamSaver
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from savers import UPSTREAM_CONN_KWARGS
+    from workload import record_calls, retarget
+
+    tag = uuid.uuid4().hex[:8]
+    table, up_schema, schema = (
+        f"lgd_bench_getfloor_{tag}",
+        f"lgd_bench_getfloor_up_{tag}",
+        f"lgd_bench_getfloor_ours_{tag}",
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {up_schema}")
+        conn.execute(
+            f"CREATE TABLE {table} (thread_id text, checkpoint_id text, body bytea, "
+            "PRIMARY KEY (thread_id, checkpoint_id))"
+        )
+    up_pool = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=1,
+        kwargs={**UPSTREAM_CONN_KWARGS, "options": f"-c search_path={up_schema}"},
+        open=True,
+    )
+    floor_pool = ConnectionPool(url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True)
+    opened = PostgresSaver.from_conn_string(url, schema=schema, pool_size=1)
+    serde = JsonPlusSerializer()
+    thread = "getfloor"
+    config = thread_config(thread)
+    select = f"SELECT body FROM {table} WHERE thread_id = %s ORDER BY checkpoint_id DESC LIMIT 1"
+    try:
+        ours = opened.__enter__()
+        ours.setup()
+        upstream = UpstreamSaver(up_pool)
+        upstream.setup()
+        for saver in (upstream, ours):
+            parent = None
+            for name, cfg, *rest in retarget(record_calls(5), thread):
+                if name == "put":
+                    parent = saver.put(cfg, *rest)
+                else:
+                    saver.put_writes(parent or cfg, *rest)
+        newest = upstream.get_tuple(config)
+        assert newest is not None
+        type_, body = serde.dumps_typed(dict(newest.checkpoint))
+        with floor_pool.connection() as conn:
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)", (thread, "1", body))
+
+        def fetch() -> Any:
+            with floor_pool.connection() as conn:
+                return conn.execute(select, (thread,), prepare=True).fetchone()
+
+        calls_of: dict[str, Any] = {
+            "floor-get": lambda: serde.loads_typed((type_, fetch()[0])),
+            "floor-fetch": fetch,
+            "upstream": lambda: upstream.get_tuple(config),
+            "ours": lambda: ours.get_tuple(config),
+        }
+        lat: dict[str, list[float]] = {name: [] for name in calls_of}
+        cpu = dict.fromkeys(calls_of, 0.0)
+        names = list(calls_of)
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                call = calls_of[name]
+                for _ in range(20):  # warm: prepared statements, caches
+                    call()
+                cpu0 = time.process_time()
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    call()
+                    lat[name].append(time.perf_counter() - t0)
+                cpu[name] += time.process_time() - cpu0
+    finally:
+        opened.__exit__(None, None, None)
+        up_pool.close()
+        floor_pool.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"DROP SCHEMA IF EXISTS {up_schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    n = rounds * calls
+    rows = {
+        name: {
+            "p50_ms": _percentile(lat[name], 0.5) * 1000.0,
+            "p99_ms": _percentile(lat[name], 0.99) * 1000.0,
+            "cpu_ms": cpu[name] * 1000.0 / n,
+        }
+        for name in lat
+    }
+    up = rows["upstream"]
+    lines = [
+        f"`python benchmarks/floor.py --get --rounds {rounds} --calls {calls}`",
+        "",
+        "| get_tuple | p50 ms | p99 ms | client CPU ms | p50 vs upstream | CPU vs upstream |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['cpu_ms']:.3f} | "
+            f"{row['p50_ms'] / up['p50_ms']:.2f}x | {row['cpu_ms'] / up['cpu_ms']:.2f}x |"
+        )
+    print("\n".join(lines))
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"created": stamp, "rounds": rounds, "calls": calls, "get_tuple": rows}
+    (out / f"floor-get-{stamp}.json").write_text(json.dumps(doc, indent=2))
+    (out / f"floor-get-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote floor-get-{stamp}.json, floor-get-{stamp}.md")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("BENCH_PG_URL", DEFAULT_URL))
@@ -128,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=12, help="graph threads per saver per round")
     p.add_argument("--quick", action="store_true", help="3 threads per round")
     p.add_argument("--out", default=str(HERE / "results"), help="output directory")
+    p.add_argument("--get", action="store_true", help="the floor of one get_tuple instead")
+    p.add_argument("--calls", type=int, default=200, help="--get: calls per saver per round")
     args = p.parse_args(argv)
+    if args.get:
+        return get_floor(args.url, args.rounds, args.calls, Path(args.out))
     per = 3 if args.quick else args.threads
     tag = uuid.uuid4().hex[:8]
     table, schema = f"lgd_bench_floor_{tag}", f"lgd_bench_floor_ours_{tag}"

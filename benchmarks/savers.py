@@ -29,6 +29,7 @@ class SaverSpec:
     rls: bool = False  # ours (PostgreSQL) with RLS on, as an app role: see rls_app_url
     integrity: bool = False  # ours with integrity= (record tags and the hash chain)
     signed: bool = False  # an RLS saver with tenant_signing_key= (signed tenants)
+    retained: bool = False  # ours with retention= (delete after 30 idle days)
 
     def kwargs(self) -> dict[str, Any]:
         """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
@@ -44,6 +45,12 @@ class SaverSpec:
             from langgraph_durable.protect import Redaction
 
             out["redaction"] = Redaction()
+        if self.retained:
+            import datetime
+
+            from langgraph_durable import Retention
+
+            out["retention"] = Retention(idle=datetime.timedelta(days=30))
         return out
 
 
@@ -119,6 +126,28 @@ ENCRYPTED: dict[str, str] = _twins("enc", "encrypted")
 REDACTED: dict[str, str] = _twins("red", "redacted")
 # ... and a twin with the hash chain on, "<name>-int" ("ours" -> "ours-int").
 INTEGRITY: dict[str, str] = _twins("int", "integrity")
+
+# ... and a twin with every protection on: encryption, redaction (mask), integrity and
+# retention, "<name>-all" ("ours" -> "ours-all").
+ALL: dict[str, str] = {
+    n: f"{n}-all"
+    for n, s in list(SPECS.items())
+    if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity)
+}
+SPECS.update(
+    {
+        t: replace(
+            SPECS[n],
+            name=t,
+            label=f"{SPECS[n].label}, every protection",
+            encrypted=True,
+            redacted=True,
+            integrity=True,
+            retained=True,
+        )
+        for n, t in ALL.items()
+    }
+)
 
 # Our PostgreSQL savers with row-level security on, connected as an application role that
 # owns nothing (docs/security.md): "ours-rls", "ours-async-rls".
