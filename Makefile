@@ -8,7 +8,7 @@
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
 #   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8),
-#                        100 property examples per test (make test runs 8) and the full
+#                        100 property examples per test (make test runs 4) and the full
 #                        tamper matrix (every backend, mode and edit; make test runs a part)
 #
 # Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
@@ -72,9 +72,10 @@ bench: setup
 	$(PY) benchmarks/run.py
 
 # The effect journal's crash harness with 500 trials per backend (tests/effects/test_crash.py)
-# and the property tests with 100 examples each (tests/property); make test runs 8 of each.
-# LGD_TAMPER_FULL=1: the tamper matrix on every backend in every mode, sync and async, every
-# edit (tests/security/test_tamper_matrix.py; make test runs about a minute of it).
+# and the property tests with 100 examples each (tests/property); make test runs 8 trials
+# and 4 examples. LGD_TAMPER_FULL=1: the tamper matrix on every backend in every mode, sync
+# and async, every edit (tests/security/test_tamper_matrix.py; make test runs about 40
+# seconds of it: DynamoDB on a sample of 60 edits).
 SOAK_TRIALS ?= 500
 SOAK_PROPERTY_EXAMPLES ?= 100
 soak: setup

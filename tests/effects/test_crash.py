@@ -4,6 +4,10 @@ Workers are forked from a zygote process (``zygote.py``) and SIGKILLed at planne
 moments by the harness (``crash.py``: every trial kills four workers, and every 8
 trials kill twice at each moment, sync and async). ``LGD_CRASH_TRIALS`` sets the
 trials per backend (8 by default; ``make soak`` runs 500).
+
+A claim's lease is 0.1 s: the workers of a trial run one at a time (the next starts once
+the last was killed), so the lease only decides how long a resumed worker waits for the
+claim a killed one left, and a longer one would only slow the trials down.
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def _job(spec: SaverSpec, tmp: pathlib.Path, thread: str, **extra: Any) -> dict[
         "thread": thread,
         "log": str(tmp / f"{thread}.log"),
         "output": str(tmp / f"{thread}.out"),
-        "lease": 0.5,
+        "lease": 0.1,
         "pause": 0.005,
     }
     job.update(extra)

@@ -7,6 +7,11 @@
   pruner is running, and changes nothing.
 * ``prune --dry-run`` changes nothing and reports what the next real run removes.
 * ``--max-seconds`` exits 3 with work left; the next run finishes (exit 0).
+
+Each pruner (the ``prune`` command, or ``tests.retention.worker``) runs in a process of
+its own, started as ``python -m`` would start it, but forked from a process that imported
+the package and its drivers once (:class:`Forker`): a fresh interpreter spends about a
+second importing LangGraph, and these tests start some forty pruners.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,120 +128,250 @@ def _raw_mentions(spec: SaverSpec, tenant: str) -> int:
     return count
 
 
-def _worker(spec: SaverSpec, now: float, batch: int, pause: float) -> subprocess.Popen[str]:
+#: The forker: imports what a pruner imports, then, for each request (a JSON line on
+#: stdin), forks a process that runs a module as ``python -m`` would, with the given
+#: arguments and environment, stdout and stderr in the given files; replies its pid.
+#: ``{"poll": pid}`` replies its exit status (minus the signal that killed it), or null.
+FORKER = r"""
+import json, os, runpy, sys, traceback
+import boto3, psycopg, redis
+import langgraph_durable.cli, langgraph_durable.cli._prune
+import langgraph_durable.dynamodb, langgraph_durable.postgres, langgraph_durable.redis
+
+def child(request):
+    code = 1
+    try:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(request[name], os.O_WRONLY), fd)
+        sys.argv = [request["module"], *request["argv"]]
+        try:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exit:
+            if exit.code is None or isinstance(exit.code, int):
+                code = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if "poll" in request:
+        pid, status = os.waitpid(request["poll"], os.WNOHANG)
+        reply = None if pid == 0 else os.waitstatus_to_exitcode(status)
+    else:
+        pid = os.fork()
+        if pid == 0:
+            child(request)
+        reply = pid
+    print(json.dumps(reply), flush=True)
+"""
+
+
+@dataclass
+class Pruner:
+    """A pruner process the forker started: its pid, and the files of its stdout and stderr."""
+
+    forker: Forker
+    pid: int
+    out: Path
+    err: Path
+    returncode: int | None = None
+
+    def readline(self) -> str:
+        """Its first line of output, once written (``""`` if it exits without one)."""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            text = self.out.read_text()
+            if "\n" in text:
+                return text.split("\n", 1)[0] + "\n"
+            if self.poll() is not None:
+                return self.out.read_text()
+            time.sleep(0.002)
+        raise TimeoutError(f"pruner {self.pid} wrote no line in {TIMEOUT} s")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.forker.request({"poll": self.pid})
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """Wait for it to exit; its stdout and stderr."""
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"pruner {self.pid} still running after {timeout} s")
+            time.sleep(0.005)
+        return self.out.read_text(), self.err.read_text()
+
+
+class Forker:
+    """The process that forks the pruners (:data:`FORKER`); one per test module and worker."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.started = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FORKER],
+            cwd=REPO_ROOT,
+            env=_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def request(self, request: dict[str, Any]) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the forker exited with {self.proc.wait()}"
+        return json.loads(line)
+
+    def start(self, module: str, *argv: str) -> Pruner:
+        self.started += 1
+        out, err = (self.folder / f"{self.started}.{name}" for name in ("out", "err"))
+        out.touch()
+        err.touch()
+        request = {"module": module, "argv": argv, "env": _env(), "out": str(out), "err": str(err)}
+        pid = self.request(request)
+        return Pruner(self, pid, out, err)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    f = Forker(tmp_path_factory.mktemp("pruners"))
+    yield f
+    f.close()
+
+
+def _worker(forker: Forker, spec: SaverSpec, now: float, batch: int, pause: float) -> Pruner:
     raw = json.dumps({**asdict(spec), "kwargs": dict(spec.kwargs)})
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.retention.worker", raw, repr(now), str(batch), str(pause)],
-        cwd=REPO_ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return forker.start("tests.retention.worker", raw, repr(now), str(batch), str(pause))
 
 
-def _wait_progress(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("progress"), (line, proc.stderr.read() if proc.stderr else "")
+def _wait_progress(proc: Pruner) -> None:
+    line = proc.readline()
+    assert line.startswith("progress"), (line, proc.err.read_text())
 
 
-def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+def _finish(proc: Pruner) -> dict[str, Any]:
     out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _cli(spec: SaverSpec, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "langgraph_durable.cli", "prune", *cli_target(spec), *flags],
-        cwd=REPO_ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+def _cli(forker: Forker, spec: SaverSpec, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python -m langgraph_durable.cli prune`` on the spec's store with ``flags``."""
+    args = ["prune", *cli_target(spec), *flags]
+    proc = forker.start("langgraph_durable.cli", *args)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def test_a_killed_pruner_rerun_ends_like_an_uninterrupted_run(spec: SaverSpec) -> None:
+def test_a_killed_pruner_rerun_ends_like_an_uninterrupted_run(
+    spec: SaverSpec, forker: Forker
+) -> None:
     _populate(spec, POLICIES.get)
     assert _raw_mentions(spec, "old") > 0
     now = time.time() + 60
     rng = random.Random(11)
     for _ in range(2):
-        proc = _worker(spec, now, batch=2, pause=0.05)
+        proc = _worker(forker, spec, now, batch=2, pause=0.05)
         _wait_progress(proc)
         time.sleep(rng.uniform(0.0, 0.08))
-        proc.send_signal(signal.SIGKILL)
+        proc.kill()
         proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == -signal.SIGKILL
         state = _state(spec)
         # whole or gone: every thread has all of its checkpoints or none
         assert all(n in (0, STEPS) for n in state.values()), state
-    report = _finish(_worker(spec, now, batch=2, pause=0.0))
+    report = _finish(_worker(forker, spec, now, batch=2, pause=0.0))
     assert not report["locked"] and not report["budget_exhausted"]
     assert _state(spec) == _expected()
     assert _raw_mentions(spec, "old") == 0
     # the uninterrupted run's end state is a fixed point: a further run removes nothing
-    again = _finish(_worker(spec, now, batch=2, pause=0.0))
+    again = _finish(_worker(forker, spec, now, batch=2, pause=0.0))
     assert (again["threads"], again["checkpoints"]) == (0, 0)
 
 
-def test_a_second_pruner_exits_0_saying_another_is_running(spec: SaverSpec) -> None:
+def test_a_second_pruner_exits_0_saying_another_is_running(spec: SaverSpec, forker: Forker) -> None:
     _populate(spec, POLICIES.get)
     before = _state(spec)
-    holder = _worker(spec, time.time() + 60, batch=1, pause=1.0)
+    holder = _worker(forker, spec, time.time() + 60, batch=1, pause=1.0)
     try:
         _wait_progress(holder)
-        second = _cli(spec, "--idle", "1s", "--json")
+        second = _cli(forker, spec, "--idle", "1s", "--json")
         assert second.returncode == 0, second.stderr
         summary = json.loads(second.stdout)
         assert summary["locked"] is True and summary["threads"] == 0
-        text = _cli(spec, "--idle", "1s")
+        text = _cli(forker, spec, "--idle", "1s")
         assert text.returncode == 0, text.stderr
         assert "Another pruner is running" in text.stdout
     finally:
-        holder.send_signal(signal.SIGKILL)
+        holder.kill()
         holder.communicate(timeout=TIMEOUT)
     # the second pruner deleted nothing (the holder may have removed "old" threads)
     after = _state(spec)
     assert all(after[k] == before[k] for k in after if k[0] == "young")
 
 
-def test_cli_dry_run_changes_nothing_and_predicts_the_real_run(spec: SaverSpec) -> None:
+def test_cli_dry_run_changes_nothing_and_predicts_the_real_run(
+    spec: SaverSpec, forker: Forker
+) -> None:
     _populate(spec, Retention(strategy="keep_latest", keep=1))
     before = _state(spec)
     raw_before = _raw_mentions(spec, "young")
-    dry = _cli(spec, "--dry-run", "--json")
+    dry = _cli(forker, spec, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     predicted = json.loads(dry.stdout)
     assert predicted["dry_run"] is True and predicted["trimmed"] == 2 * len(THREADS)
     assert _state(spec) == before and _raw_mentions(spec, "young") == raw_before
-    text = _cli(spec, "--dry-run")
+    text = _cli(forker, spec, "--dry-run")
     assert text.returncode == 0 and "Nothing was changed" in text.stdout
     assert "thread 't00'" in text.stdout
-    real = _cli(spec, "--json")
+    real = _cli(forker, spec, "--json")
     assert real.returncode == 0, real.stderr
     done = json.loads(real.stdout)
     for field in ("threads", "trimmed", "checkpoints", "bytes", "partitions"):
         assert done[field] == predicted[field], field
     assert set(_state(spec).values()) == {1}
-    quiet = _cli(spec)
+    quiet = _cli(forker, spec)
     assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
 
 
-def test_cli_budget_exit_3_then_a_rerun_finishes(spec: SaverSpec) -> None:
+def test_cli_budget_exit_3_then_a_rerun_finishes(spec: SaverSpec, forker: Forker) -> None:
     _populate(spec, Retention(strategy="keep_latest", keep=1))
-    first = _cli(spec, "--max-seconds", "0.000001", "--batch", "1", "--json")
+    first = _cli(forker, spec, "--max-seconds", "0.000001", "--batch", "1", "--json")
     assert first.returncode == 3, first.stderr
     assert json.loads(first.stdout)["budget_exhausted"] is True
     assert "--max-seconds" in first.stderr
-    second = _cli(spec, "--json")
+    second = _cli(forker, spec, "--json")
     assert second.returncode == 0, second.stderr
     assert set(_state(spec).values()) == {1}
 
 
-def test_cli_bad_usage_exits_2(spec: SaverSpec) -> None:
+def test_cli_bad_usage_exits_2(spec: SaverSpec, forker: Forker) -> None:
     for flags in (
         ["--idle", "3 weeks"],
         ["--keep", "0"],
@@ -243,15 +379,15 @@ def test_cli_bad_usage_exits_2(spec: SaverSpec) -> None:
         ["--strategy", "everything"],
         ["--throttle", "-1"],
     ):
-        result = _cli(spec, *flags)
+        result = _cli(forker, spec, *flags)
         assert result.returncode == 2, (flags, result.stderr)
         assert "error" in result.stderr
 
 
-def test_cli_prune_with_flags_deletes_idle_threads(spec: SaverSpec) -> None:
+def test_cli_prune_with_flags_deletes_idle_threads(spec: SaverSpec, forker: Forker) -> None:
     _populate(spec, Retention(idle=datetime.timedelta(days=30)))
     time.sleep(1.2)
-    result = _cli(spec, "--idle", "1s", "--tenant", "old", "--json")
+    result = _cli(forker, spec, "--idle", "1s", "--tenant", "old", "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["threads"] == len(THREADS) and summary["checkpoints"] == STEPS * len(THREADS)
