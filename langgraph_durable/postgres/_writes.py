@@ -229,25 +229,27 @@ class WriteOps(OpsBase):
         )
         try:
             row = None
+            registered = not lean  # whether the statement that ran is a full one
             deltas = any(b.base is not None for b in rec.blobs)
             if epoch is not None and (lean or deltas):
-                try:
-                    row = yield self._put_query(
-                        self._put_known_sql(epoch, deltas, lean), rec, epoch
+                row = yield from self._put_known(rec, epoch, deltas, lean)
+                if lean and row[0] is None and not row[1]:
+                    # the lean form found the thread not as this process left it
+                    # (deleted, moved, or due for a refresh): the full form decides
+                    registered = True
+                    row = (
+                        (yield from self._put_known(rec, epoch, deltas, False)) if deltas else None
                     )
-                except (SchemaError, MissingPartitionError):  # that partition is gone
-                    row = (None, True, None)
                 if row is not None and (row[1] or row[0] is None):
-                    # a delta's base is gone, or (lean) the thread is not where this
-                    # process left it: write this checkpoint with full copies
+                    # a delta's base is gone: write this checkpoint with full copies
                     self.codec.forget_thread(key.tenant, key.thread)
                     self.epochs.forget(key.tenant, key.thread)
                     rec = self.codec.encode_checkpoint(
                         key, config, checkpoint, metadata, new_versions, allow_delta=False
                     )
                     row = None
-            registered = row is None
             if row is None:
+                registered = True
                 row = yield from self._with_partition(self._put_query(self.PUT_SQL, rec))
             if row is not None and not row[1] and not row[3]:
                 # the id is stored already: a retry of the same put, or a conflict
@@ -295,6 +297,15 @@ class WriteOps(OpsBase):
         if stored != (rec.body.type, rec.body.data, rec.metadata.type, rec.metadata.data):
             raise CheckpointConflictError(rec.tenant, rec.thread, rec.ns, rec.checkpoint_id)
         return None
+
+    def _put_known(
+        self, rec: CheckpointRecord, epoch: int, deltas: bool, lean: bool
+    ) -> Generator[Any, Any, Any]:
+        """Run the put of a thread whose epoch is known; a partition gone reads as a base gone."""
+        try:
+            return (yield self._put_query(self._put_known_sql(epoch, deltas, lean), rec, epoch))
+        except (SchemaError, MissingPartitionError):  # that partition is gone
+            return (None, True, None, False)
 
     def _put_query(self, sql: str, rec: CheckpointRecord, epoch: int | None = None) -> Query:
         params = self._put_params(rec)

@@ -160,3 +160,34 @@ def test_any_number_of_blobs_in_one_call_round_trips(pg_url: str, pg_schema: str
         got = s.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["channel_values"] == values
         assert [(c, v) for _, c, v in got.pending_writes] == writes
+
+
+def test_a_due_refresh_keeps_the_delta(
+    pg_url: str, pg_schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        s.setup()
+        config: Any = cfg("t")
+        items: list[str] = []
+        version = None
+        for step in range(3):
+            if step == 2:  # the lean form finds a refresh due; the full one still writes a delta
+                admin.execute(
+                    f"UPDATE \"{pg_schema}\".threads SET updated_at = now() - interval '1 hour'"
+                )
+            items.append(f"message {step}")
+            version = s.get_next_version(version, None)
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"messages": list(items)}
+            cp["channel_versions"] = {"messages": version}
+            config = s.put(config, cp, {"step": step}, cp["channel_versions"])
+        rows = admin.execute(
+            "SELECT base IS NOT NULL, updated_at > now() - interval '1 minute' "
+            f'FROM "{pg_schema}".blobs b JOIN "{pg_schema}".threads t '
+            "USING (tenant_id, thread_id) ORDER BY b.version"
+        ).fetchall()
+        assert [r[0] for r in rows] == [False, True, True] and all(r[1] for r in rows)
+        got = s.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == items
