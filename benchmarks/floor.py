@@ -243,14 +243,18 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
             f"| {name} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['cpu_ms']:.3f} | "
             f"{row['p50_ms'] / up['p50_ms']:.2f}x | {row['cpu_ms'] / up['cpu_ms']:.2f}x |"
         )
+    _write(Path(out), "floor-get", lines, {"rounds": rounds, "calls": calls, "get_tuple": rows})
+    return 0
+
+
+def _write(out: Path, name: str, lines: list[str], doc: dict[str, Any]) -> None:
+    """Print the table, and write it (``<name>-<stamp>.md``) and ``doc`` (``.json``) to ``out``."""
     print("\n".join(lines))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"created": stamp, "rounds": rounds, "calls": calls, "get_tuple": rows}
-    (out / f"floor-get-{stamp}.json").write_text(json.dumps(doc, indent=2))
-    (out / f"floor-get-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote floor-get-{stamp}.json, floor-get-{stamp}.md")
-    return 0
+    (out / f"{name}-{stamp}.json").write_text(json.dumps({"created": stamp, **doc}, indent=2))
+    (out / f"{name}-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {name}-{stamp}.json, {name}-{stamp}.md")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,14 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {row['cpu_ms_per_step']:.3f} | {row['steps_per_s']:.0f} | "
             f"{row['vs_memory']:.3f}x |"
         )
-    print("\n".join(lines))
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"created": stamp, "rounds": args.rounds, "threads": per, "steps": steps}
-    (out / f"floor-{stamp}.json").write_text(json.dumps({**doc, "savers": rows}, indent=2))
-    (out / f"floor-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote floor-{stamp}.json, floor-{stamp}.md")
+    _write(
+        Path(args.out),
+        "floor",
+        lines,
+        {"rounds": args.rounds, "threads": per, "steps": steps, "savers": rows},
+    )
     return 0
 
 
