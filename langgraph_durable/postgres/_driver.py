@@ -198,7 +198,20 @@ class SyncConnector:
                 yield self.conn
 
     def run_one(self, step: Any) -> Any:
-        """Run one statement on a connection of its own, in autocommit."""
+        """Run one statement on a connection of its own, in autocommit.
+
+        A statement marked ``retry`` whose connection broke (a network cut, a
+        server restart: the pool may hold more connections that died the same
+        way) runs once more after psycopg_pool's ``check()`` has replaced the
+        pool's dead connections.
+        """
+        with self.connection() as conn:
+            try:
+                return self.execute(conn, step)
+            except psycopg.OperationalError:
+                if not (conn.broken and self.pool is not None and _request(step).retry):
+                    raise
+        self.pool.check()
         with self.connection() as conn:
             return self.execute(conn, step)
 
@@ -562,7 +575,15 @@ class AsyncConnector:
                 yield self.conn
 
     async def run_one(self, step: Any) -> Any:
-        """Run one statement on a connection of its own, in autocommit."""
+        """Run one statement on a connection of its own, in autocommit (see
+        ``SyncConnector.run_one`` for when it runs once more)."""
+        async with self.connection() as conn:
+            try:
+                return await self.execute(conn, step)
+            except psycopg.OperationalError:
+                if not (conn.broken and self.pool is not None and _request(step).retry):
+                    raise
+        await self.pool.check()
         async with self.connection() as conn:
             return await self.execute(conn, step)
 

@@ -22,6 +22,11 @@ class Query:
         settings: ``(name, value)`` pairs the driver sets transaction-locally
             (``set_config(name, value, true)``) in the same round trip, right
             before the statement (row-level security sends the tenant so).
+        retry: Whether the driver may run the statement once more, on another
+            connection, when its connection broke (a network cut, a server
+            restart): only for a statement that, applied twice, leaves what
+            applying it once leaves, and whose operation reads either result
+            right (a put that finds its checkpoint stored compares it).
     """
 
     sql: str
@@ -29,6 +34,7 @@ class Query:
     fetch: str = "none"
     prepare: bool = True
     settings: tuple[tuple[str, str], ...] = ()
+    retry: bool = False
 
     def setter(self) -> tuple[str, list[str]]:
         """The statement that sets :attr:`settings`, and its parameters."""

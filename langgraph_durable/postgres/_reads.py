@@ -193,7 +193,7 @@ class ReadOps(OpsBase):
         if epoch is not None:
             sql = self._get_known_sql(epoch, bool(checkpoint_id))
             try:
-                row = yield Query(sql, {**params, "epoch": epoch}, "one")
+                row = yield Query(sql, {**params, "epoch": epoch}, "one", retry=True)
             except SchemaError:  # that epoch's partitions were dropped
                 row = (None,)
             if row is None:  # the thread is gone
@@ -203,7 +203,7 @@ class ReadOps(OpsBase):
                 return None if row[3] is None else self.codec.decode(key, _stored(row[1:]))
             self.epochs.forget(key.tenant, key.thread)  # deleted and started again
         sql = self.GET_BY_ID_SQL if checkpoint_id else self.GET_LATEST_SQL
-        row = yield Query(sql, params, "one")
+        row = yield Query(sql, params, "one", retry=True)
         if row is None:
             return None
         self.epochs.remember(key.tenant, key.thread, row[-1])
@@ -282,7 +282,7 @@ class ReadOps(OpsBase):
             else:
                 sql = self._list_sql(f"{s}.checkpoints", f"{s}.blobs", f"{s}.writes", where)
             try:
-                rows = yield Query(sql, dict(params), "all")
+                rows = yield Query(sql, dict(params), "all", retry=True)
             except SchemaError:
                 if known is None:
                     raise

@@ -455,7 +455,7 @@ def with_settings(
     try:
         while step is not None:
             if type(step) is Query and not step.settings:
-                step = Query(step.sql, step.params, step.fetch, step.prepare, settings)
+                step = Query(step.sql, step.params, step.fetch, step.prepare, settings, step.retry)
             try:
                 result = yield step
             except Exception as exc:

@@ -287,6 +287,7 @@ class WriteOps(OpsBase):
                 "epoch": epoch,
             },
             "one",
+            retry=True,
         )
         if row is None:
             raise StorageError(
@@ -312,7 +313,7 @@ class WriteOps(OpsBase):
         if epoch is not None:
             params["epoch"] = epoch
         blobs = [b.sealed.data if b.sealed else None for b in rec.blobs]
-        return Query(spread_bytea(sql, "b_blobs", blobs, params), params, "one")
+        return Query(spread_bytea(sql, "b_blobs", blobs, params), params, "one", retry=True)
 
     def _put_params(self, rec: CheckpointRecord) -> dict[str, Any]:
         return {
@@ -371,14 +372,14 @@ class WriteOps(OpsBase):
         ):
             try:
                 lean_sql = spread_bytea(self._writes_sql[(replace, True)], "blobs", blobs, params)
-                row = yield Query(lean_sql, {**params, "epoch": epoch}, "one")
+                row = yield Query(lean_sql, {**params, "epoch": epoch}, "one", retry=True)
             except (SchemaError, MissingPartitionError):  # that partition is gone
                 row = None
             if row is not None:
                 return None
             self.epochs.forget(key.tenant, key.thread)  # not where this process left it
         sql = spread_bytea(self._writes_sql[(replace, False)], "blobs", blobs, params)
-        row = yield from self._with_partition(Query(sql, params, "one"))
+        row = yield from self._with_partition(Query(sql, params, "one", retry=True))
         self.epochs.remember(key.tenant, key.thread, row[0] if row else None, True)
         return None
 
