@@ -1,0 +1,70 @@
+"""Redis connections cut under the saver (tests/faults/proxy.py): the saver's client
+retries through redis-py's own Retry, and a write applied whose reply was lost is
+written again without a conflict."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
+from tests.faults.proxy import FaultProxy
+from tests.helpers import cfg, checkpoint_ids, versioned_cp
+
+
+@pytest.fixture
+def proxy(redis_url: str) -> Iterator[FaultProxy]:
+    parts = urlsplit(redis_url)
+    p = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    yield p
+    p.close()
+
+
+def _args(step: int, parent: Any) -> tuple:
+    cp = versioned_cp(step=step, payload={"step": step})
+    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
+
+
+def test_cuts_and_lost_replies_reach_no_caller(
+    redis_url: str, redis_prefix: str, proxy: FaultProxy
+) -> None:
+    with RedisSaver.from_conn_string(proxy.url(redis_url), prefix=redis_prefix) as s:
+        config: Any = cfg("t")
+        written: list[str] = []
+        for step in range(8):
+            proxy.reset_all()
+            config = s.put(*_args(step, config))
+            written.append(config["configurable"]["checkpoint_id"])
+            proxy.lose_next_reply()
+            s.put_writes(config, [("ch", step)], f"task{step}")
+            proxy.lose_next_reply()
+            assert s.get_tuple(cfg("t")) is not None
+            if step % 2:
+                proxy.lose_next_reply()
+                config = s.put(*_args(100 + step, config))
+                written.append(config["configurable"]["checkpoint_id"])
+        assert proxy.lost_replies == 20
+        assert checkpoint_ids(s.list(cfg("t"))) == written[::-1]
+
+
+async def test_async_cuts_and_lost_replies_reach_no_caller(
+    redis_url: str, redis_prefix: str, proxy: FaultProxy
+) -> None:
+    url = proxy.url(redis_url)
+    async with AsyncRedisSaver.from_conn_string(url, prefix=redis_prefix) as s:
+        config: Any = cfg("t")
+        written: list[str] = []
+        for step in range(8):
+            proxy.reset_all()
+            config = await s.aput(*_args(step, config))
+            written.append(config["configurable"]["checkpoint_id"])
+            proxy.lose_next_reply()
+            config = await s.aput(*_args(100 + step, config))
+            written.append(config["configurable"]["checkpoint_id"])
+            proxy.lose_next_reply()
+            await s.aput_writes(config, [("ch", step)], f"task{step}")
+        assert proxy.lost_replies == 16
+        assert [t.checkpoint["id"] async for t in s.alist(cfg("t"))] == written[::-1]
