@@ -85,6 +85,27 @@ class RetryableError(StorageUnavailableError):
         self.code = code
 
 
+class ConnectionLostError(StorageUnavailableError):
+    """The connection to DynamoDB (or S3) failed: the call may or may not have been
+    applied. Only a call that may be applied twice is sent again (see ``_call``)."""
+
+
+#: Calls that may be sent again after a lost connection: reads, and whole-item batch
+#: writes (applied twice, they leave what applied once leaves). A transaction is sent
+#: again only with its ``ClientRequestToken`` (DynamoDB applies a token once, and
+#: answers its repetition as the first call).
+_RESENDABLE = frozenset(
+    {"get_item", "batch_get_item", "query", "scan", "batch_write_item", "get_object"}
+)
+
+
+def resendable(operation: str, params: dict[str, Any]) -> bool:
+    """Whether a call whose connection was lost may be sent again as it was."""
+    return operation in _RESENDABLE or (
+        operation == "transact_write_items" and "ClientRequestToken" in params
+    )
+
+
 class ObjectMissingError(StorageError):
     """An S3 object the saver asked for does not exist (``NoSuchKey``)."""
 
@@ -227,6 +248,12 @@ class OpsBase:
         while True:
             try:
                 return (yield Call(operation, params, service))
+            except ConnectionLostError:
+                if attempt >= self.retry.max_attempts or not resendable(operation, params):
+                    raise
+                yield Sleep(self.retry.delay(attempt))
+                attempt += 1
+                continue
             except (RetryableError, TransactionCanceledError) as exc:
                 if isinstance(exc, TransactionCanceledError) and "ClientRequestToken" in params:
                     # a cancelled transaction is retried as a new request

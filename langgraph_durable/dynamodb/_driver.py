@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 
 from .. import _drive
 from .._core.sansio import Operation
-from ..errors import ConfigurationError, DurableError, StorageError, StorageUnavailableError
+from ..errors import ConfigurationError, DurableError, StorageError
 from ._calls import (
     RETRYABLE_CODES,
     Call,
     ConditionFailedError,
+    ConnectionLostError,
     ObjectMissingError,
     RetryableError,
     TableInUseError,
@@ -99,7 +100,7 @@ def translate(exc: BaseException, table: str = "") -> DurableError:
             )
         return StorageError(f"DynamoDB error {code}: {message}")
     if name in _UNAVAILABLE:
-        return StorageUnavailableError(f"DynamoDB is unreachable: {exc}")
+        return ConnectionLostError(f"DynamoDB is unreachable: {exc}")
     if name in _CREDENTIALS:
         return ConfigurationError(
             f"boto3 cannot sign DynamoDB requests ({exc}): configure AWS credentials and a "

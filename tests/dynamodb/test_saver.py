@@ -252,10 +252,13 @@ def test_bad_input_gets_our_errors_and_loses_nothing(saver: DynamoDBSaver) -> No
 
 
 def test_unreachable_endpoint_is_unavailable() -> None:
+    # a lost connection is retried within the retry budget (max_attempts), then reported
     with DynamoDBSaver.from_conn_string(
         "dynamodb://tbl?region=us-east-1&endpoint=http://127.0.0.1:1",
         connect_timeout=1.0,
         read_timeout=1.0,
+        max_attempts=3,
+        retry_base_delay=0.01,
     ) as s:
         with pytest.raises(StorageUnavailableError, match="unreachable"):
             s.get_tuple(cfg("t"))

@@ -1,0 +1,101 @@
+"""DynamoDB calls whose connection is lost after the server applied them (botocore event
+hooks on a real client, moto's server): the saver sends again only what may be applied
+twice, and the caller sees no error and nothing twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ConnectionClosedError
+
+from langgraph_durable.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
+from langgraph_durable.errors import StorageUnavailableError
+from tests.dynamodb.helpers import make_client
+from tests.helpers import cfg, checkpoint_ids, versioned_cp
+
+FAST = {"retry_base_delay": 0.001, "retry_max_delay": 0.01}
+
+
+class LoseReplies:
+    """Send the next ``lose(n)`` calls of the given operations for real, then fail them with
+    ``ConnectionClosedError``: applied by the server, the reply never arrives."""
+
+    def __init__(self, client: Any, *operations: str) -> None:
+        self.session = client._endpoint.http_session
+        self.left = 0
+        self.lost = 0
+        for operation in operations:
+            client.meta.events.register(f"before-send.dynamodb.{operation}", self._send)
+
+    def lose(self, n: int = 1) -> None:
+        self.left = n
+
+    def _send(self, request: Any, **_: Any) -> None:
+        if self.left <= 0:
+            return
+        self.left -= 1
+        self.session.send(request)
+        self.lost += 1
+        raise ConnectionClosedError(endpoint_url=request.url)
+
+
+def _args(step: int, parent: Any) -> tuple:
+    cp = versioned_cp(step=step, payload={"step": step})
+    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
+
+
+@pytest.fixture
+def client(dynamodb_endpoint: str) -> Any:
+    return make_client(dynamodb_endpoint)
+
+
+def test_lost_replies_of_writes_and_reads_reach_no_caller(client: Any, dynamodb_table: str) -> None:
+    lost = LoseReplies(client, "TransactWriteItems", "Query", "BatchGetItem", "GetItem")
+    s = DynamoDBSaver(client, table=dynamodb_table, **FAST)
+    s.setup()
+    config: Any = cfg("t")
+    written: list[str] = []
+    for step in range(6):
+        lost.lose()
+        config = s.put(*_args(step, config))
+        written.append(config["configurable"]["checkpoint_id"])
+        lost.lose()
+        s.put_writes(config, [("ch", step)], f"task{step}")
+        lost.lose()
+        got = s.get_tuple(cfg("t"))
+        assert got is not None and [(c, v) for _, c, v in got.pending_writes] == [("ch", step)]
+    assert lost.lost == 18
+    assert checkpoint_ids(s.list(cfg("t"))) == written[::-1]
+
+
+async def test_async_lost_replies_reach_no_caller(client: Any, dynamodb_table: str) -> None:
+    lost = LoseReplies(client, "TransactWriteItems", "Query", "BatchGetItem", "GetItem")
+    s = AsyncDynamoDBSaver(client, table=dynamodb_table, **FAST)
+    await s.setup()
+    config: Any = cfg("t")
+    written: list[str] = []
+    for step in range(4):
+        lost.lose()
+        config = await s.aput(*_args(step, config))
+        written.append(config["configurable"]["checkpoint_id"])
+        lost.lose()
+        await s.aput_writes(config, [("ch", step)], f"task{step}")
+    assert lost.lost == 8
+    assert [t.checkpoint["id"] async for t in s.alist(cfg("t"))] == written[::-1]
+
+
+def test_a_connection_lost_past_the_retry_budget_is_reported(
+    client: Any, dynamodb_table: str
+) -> None:
+    lost = LoseReplies(client, "Query", "BatchGetItem", "GetItem")
+    s = DynamoDBSaver(client, table=dynamodb_table, max_attempts=3, **FAST)
+    s.setup()
+    config = s.put(*_args(0, cfg("t")))
+    lost.lose(100)
+    with pytest.raises(StorageUnavailableError):
+        s.get_tuple(cfg("t"))
+    assert lost.lost == 3  # the budget: three attempts
+    lost.lose(0)
+    got = s.get_tuple(cfg("t"))
+    assert got is not None and got.checkpoint["id"] == config["configurable"]["checkpoint_id"]
