@@ -53,6 +53,10 @@ R = TypeVar("R")
 _SCHEMA_STATES = ("42P01", "3F000", "42883")  # undefined table, schema, function
 
 
+#: How many times a statement marked ``retry`` runs again when its connection broke.
+RESENDS = 3
+
+
 def translate(exc: BaseException) -> DurableError:
     """Our error for a psycopg (or pool) error."""
     if isinstance(exc, DurableError):
@@ -202,18 +206,19 @@ class SyncConnector:
 
         A statement marked ``retry`` whose connection broke (a network cut, a
         server restart: the pool may hold more connections that died the same
-        way) runs once more after psycopg_pool's ``check()`` has replaced the
-        pool's dead connections.
+        way) runs again, up to RESENDS times, each after psycopg_pool's
+        ``check()`` has replaced the pool's dead connections.
         """
-        with self.connection() as conn:
-            try:
-                return self.execute(conn, step)
-            except psycopg.OperationalError:
-                if not (conn.broken and self.pool is not None and _request(step).retry):
-                    raise
-        self.pool.check()
-        with self.connection() as conn:
-            return self.execute(conn, step)
+        q = _request(step)
+        for attempt in range(RESENDS + 1):
+            with self.connection() as conn:
+                try:
+                    return self.execute(conn, q)
+                except psycopg.OperationalError:
+                    if attempt == RESENDS or not (conn.broken and q.retry and self.pool):
+                        raise
+            self.pool.check()
+        raise AssertionError("unreachable")
 
     def execute(self, conn: Connection[Any], step: Any) -> Any:
         q = _request(step)
@@ -576,16 +581,17 @@ class AsyncConnector:
 
     async def run_one(self, step: Any) -> Any:
         """Run one statement on a connection of its own, in autocommit (see
-        ``SyncConnector.run_one`` for when it runs once more)."""
-        async with self.connection() as conn:
-            try:
-                return await self.execute(conn, step)
-            except psycopg.OperationalError:
-                if not (conn.broken and self.pool is not None and _request(step).retry):
-                    raise
-        await self.pool.check()
-        async with self.connection() as conn:
-            return await self.execute(conn, step)
+        ``SyncConnector.run_one`` for when it runs again)."""
+        q = _request(step)
+        for attempt in range(RESENDS + 1):
+            async with self.connection() as conn:
+                try:
+                    return await self.execute(conn, q)
+                except psycopg.OperationalError:
+                    if attempt == RESENDS or not (conn.broken and q.retry and self.pool):
+                        raise
+            await self.pool.check()
+        raise AssertionError("unreachable")
 
     async def execute(self, conn: AsyncConnection[Any], step: Any) -> Any:
         q = _request(step)
