@@ -139,3 +139,19 @@ async def test_async_a_write_whose_reply_was_lost_is_retried_and_succeeds(
             await s.aput_writes(config, [("ch", step)], f"task{step}")
         assert proxy.lost_replies == 12
         assert [t.checkpoint["id"] async for t in s.alist(cfg("t"))] == written[::-1]
+
+
+def test_a_statement_not_marked_for_retry_reports_a_lost_reply(
+    pg_url: str, pg_schema: str, proxy: FaultProxy
+) -> None:
+    # delete_thread is not sent again: its lost reply reaches the caller as our error,
+    # never a second, guessed attempt; the caller's own retry then finishes the delete
+    with PostgresSaver.from_conn_string(proxy.url(pg_url), schema=pg_schema, pool_size=2) as s:
+        s.setup()
+        put_chain(s, "t", 2)
+        proxy.lose_next_reply()
+        with pytest.raises(StorageUnavailableError):
+            s.delete_thread("t")
+        assert proxy.lost_replies == 1
+        s.delete_thread("t")
+        assert s.get_tuple(cfg("t")) is None
