@@ -94,3 +94,39 @@ async def test_async_a_restart_mid_run_reaches_no_caller(pg: Restartable) -> Non
         assert pg.restarts == 1 and result["count"] == STEPS
     with PostgresSaver.from_conn_string(pg.url) as direct:
         assert history_signature(direct, config) == _reference()
+
+
+def test_an_outage_within_pool_timeout_is_waited_out_and_a_longer_one_reported(
+    pg: Restartable,
+) -> None:
+    import threading
+    import time
+
+    from langgraph_durable.errors import StorageUnavailableError
+    from tests.helpers import cfg, checkpoint_ids, put_chain
+
+    with PostgresSaver.from_conn_string(pg.url, pool_size=2, pool_timeout=8.0) as s:
+        s.setup()
+        stored = put_chain(s, "t", 2)
+        # down for a second while a call is made: the call waits (psycopg_pool reconnects
+        # with its own backoff) and succeeds once the server is back
+        pg.server.stop()
+        pg.proxy.reset_all()
+        back = threading.Timer(1.0, pg.restart)
+        back.start()
+        started = time.monotonic()
+        got = s.get_tuple(cfg("t"))
+        back.join()
+        assert got is not None and time.monotonic() - started >= 0.9
+    with PostgresSaver.from_conn_string(pg.url, pool_size=2, pool_timeout=1.0) as s:
+        s.get_tuple(cfg("t"))
+        # down for longer than pool_timeout: reported as ours, and nothing stored is lost
+        pg.server.stop()
+        pg.proxy.reset_all()
+        with pytest.raises(StorageUnavailableError):
+            s.get_tuple(cfg("t"))
+        pg.restart()
+    with PostgresSaver.from_conn_string(pg.url) as again:
+        assert checkpoint_ids(again.list(cfg("t"))) == [
+            c["configurable"]["checkpoint_id"] for c in stored[::-1]
+        ]
