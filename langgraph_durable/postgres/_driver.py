@@ -215,7 +215,9 @@ class SyncConnector:
                 try:
                     return self.execute(conn, q)
                 except psycopg.OperationalError:
-                    if attempt == RESENDS or not (conn.broken and q.retry and self.pool):
+                    if attempt == RESENDS or not (
+                        conn.broken and q.retry and self.pool is not None
+                    ):
                         raise
             self.pool.check()
         raise AssertionError("unreachable")
@@ -588,7 +590,9 @@ class AsyncConnector:
                 try:
                     return await self.execute(conn, q)
                 except psycopg.OperationalError:
-                    if attempt == RESENDS or not (conn.broken and q.retry and self.pool):
+                    if attempt == RESENDS or not (
+                        conn.broken and q.retry and self.pool is not None
+                    ):
                         raise
             await self.pool.check()
         raise AssertionError("unreachable")
