@@ -13,9 +13,10 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["FaultProxy"]
+__all__ = ["FaultProxy", "proxy_to", "step_args"]
 
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 seconds: close() sends RST
 
@@ -109,3 +110,17 @@ def _cut(s: socket.socket) -> None:
                 s.close()
         except OSError:
             pass
+
+
+def proxy_to(url: str, default_port: int) -> FaultProxy:
+    """A proxy in front of the server of ``url``."""
+    parts = urlsplit(url)
+    return FaultProxy(parts.hostname or "127.0.0.1", parts.port or default_port)
+
+
+def step_args(step: int, parent: Any) -> tuple[Any, ...]:
+    """``put``'s arguments for checkpoint ``step`` of a chain under ``parent``'s config."""
+    from tests.helpers import versioned_cp
+
+    cp = versioned_cp(step=step, payload={"step": step})
+    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]

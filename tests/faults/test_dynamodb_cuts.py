@@ -12,7 +12,8 @@ from botocore.exceptions import ConnectionClosedError
 from langgraph_durable.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
 from langgraph_durable.errors import StorageUnavailableError
 from tests.dynamodb.helpers import make_client
-from tests.helpers import cfg, checkpoint_ids, versioned_cp
+from tests.faults.proxy import step_args
+from tests.helpers import cfg, checkpoint_ids
 
 FAST = {"retry_base_delay": 0.001, "retry_max_delay": 0.01}
 
@@ -40,11 +41,6 @@ class LoseReplies:
         raise ConnectionClosedError(endpoint_url=request.url)
 
 
-def _args(step: int, parent: Any) -> tuple:
-    cp = versioned_cp(step=step, payload={"step": step})
-    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
-
-
 @pytest.fixture
 def client(dynamodb_endpoint: str) -> Any:
     return make_client(dynamodb_endpoint)
@@ -58,7 +54,7 @@ def test_lost_replies_of_writes_and_reads_reach_no_caller(client: Any, dynamodb_
     written: list[str] = []
     for step in range(6):
         lost.lose()
-        config = s.put(*_args(step, config))
+        config = s.put(*step_args(step, config))
         written.append(config["configurable"]["checkpoint_id"])
         lost.lose()
         s.put_writes(config, [("ch", step)], f"task{step}")
@@ -77,7 +73,7 @@ async def test_async_lost_replies_reach_no_caller(client: Any, dynamodb_table: s
     written: list[str] = []
     for step in range(4):
         lost.lose()
-        config = await s.aput(*_args(step, config))
+        config = await s.aput(*step_args(step, config))
         written.append(config["configurable"]["checkpoint_id"])
         lost.lose()
         await s.aput_writes(config, [("ch", step)], f"task{step}")
@@ -91,7 +87,7 @@ def test_a_connection_lost_past_the_retry_budget_is_reported(
     lost = LoseReplies(client, "Query", "BatchGetItem", "GetItem")
     s = DynamoDBSaver(client, table=dynamodb_table, max_attempts=3, **FAST)
     s.setup()
-    config = s.put(*_args(0, cfg("t")))
+    config = s.put(*step_args(0, cfg("t")))
     lost.lose(100)
     with pytest.raises(StorageUnavailableError):
         s.get_tuple(cfg("t"))

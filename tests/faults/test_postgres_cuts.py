@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, proxy_to, step_args
 from tests.helpers import cfg, checkpoint_ids, put_chain
 
 CUTS = 5
@@ -20,17 +19,9 @@ CUTS = 5
 
 @pytest.fixture
 def proxy(pg_url: str) -> Iterator[FaultProxy]:
-    parts = urlsplit(pg_url)
-    p = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    p = proxy_to(pg_url, 5432)
     yield p
     p.close()
-
-
-def _args(step: int, parent: Any) -> tuple:
-    from tests.helpers import versioned_cp
-
-    cp = versioned_cp(step=step, payload={"step": step})
-    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
 
 
 def test_a_pooled_saver_absorbs_cuts_of_every_connection(
@@ -43,7 +34,7 @@ def test_a_pooled_saver_absorbs_cuts_of_every_connection(
         for step in range(CUTS * 4):
             if step % 4 == 0:
                 assert proxy.reset_all() >= 1  # every pooled connection dies at once
-            config = s.put(*_args(step, config))
+            config = s.put(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             if step % 4 == 1:
                 proxy.reset_all()
@@ -74,7 +65,7 @@ async def test_an_async_pooled_saver_absorbs_cuts_of_every_connection(
         config: Any = cfg("t")
         for step in range(CUTS * 3):
             proxy.reset_all()
-            config = await s.aput(*_args(step, config))
+            config = await s.aput(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.reset_all()
             await s.aput_writes(config, [("ch", step)], f"task{step}")
@@ -113,7 +104,7 @@ def test_a_write_applied_whose_reply_was_lost_is_retried_and_succeeds(
         written: list[str] = []
         for step in range(6):
             proxy.lose_next_reply()  # the put is applied, its answer never arrives
-            config = s.put(*_args(step, config))
+            config = s.put(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.lose_next_reply()
             s.put_writes(config, [("ch", step)], f"task{step}")
@@ -133,7 +124,7 @@ async def test_async_a_write_whose_reply_was_lost_is_retried_and_succeeds(
         written: list[str] = []
         for step in range(6):
             proxy.lose_next_reply()
-            config = await s.aput(*_args(step, config))
+            config = await s.aput(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.lose_next_reply()
             await s.aput_writes(config, [("ch", step)], f"task{step}")

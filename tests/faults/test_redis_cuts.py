@@ -6,26 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
-from tests.faults.proxy import FaultProxy
-from tests.helpers import cfg, checkpoint_ids, versioned_cp
+from tests.faults.proxy import FaultProxy, proxy_to, step_args
+from tests.helpers import cfg, checkpoint_ids
 
 
 @pytest.fixture
 def proxy(redis_url: str) -> Iterator[FaultProxy]:
-    parts = urlsplit(redis_url)
-    p = FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    p = proxy_to(redis_url, 6379)
     yield p
     p.close()
-
-
-def _args(step: int, parent: Any) -> tuple:
-    cp = versioned_cp(step=step, payload={"step": step})
-    return parent, cp, {"step": step, "source": "loop"}, cp["channel_versions"]
 
 
 def test_cuts_and_lost_replies_reach_no_caller(
@@ -36,7 +29,7 @@ def test_cuts_and_lost_replies_reach_no_caller(
         written: list[str] = []
         for step in range(8):
             proxy.reset_all()
-            config = s.put(*_args(step, config))
+            config = s.put(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.lose_next_reply()
             s.put_writes(config, [("ch", step)], f"task{step}")
@@ -44,7 +37,7 @@ def test_cuts_and_lost_replies_reach_no_caller(
             assert s.get_tuple(cfg("t")) is not None
             if step % 2:
                 proxy.lose_next_reply()
-                config = s.put(*_args(100 + step, config))
+                config = s.put(*step_args(100 + step, config))
                 written.append(config["configurable"]["checkpoint_id"])
         assert proxy.lost_replies == 20
         assert checkpoint_ids(s.list(cfg("t"))) == written[::-1]
@@ -59,10 +52,10 @@ async def test_async_cuts_and_lost_replies_reach_no_caller(
         written: list[str] = []
         for step in range(8):
             proxy.reset_all()
-            config = await s.aput(*_args(step, config))
+            config = await s.aput(*step_args(step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.lose_next_reply()
-            config = await s.aput(*_args(100 + step, config))
+            config = await s.aput(*step_args(100 + step, config))
             written.append(config["configurable"]["checkpoint_id"])
             proxy.lose_next_reply()
             await s.aput_writes(config, [("ch", step)], f"task{step}")

@@ -4,10 +4,8 @@ LangGraph's InMemorySaver holds for the same run."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -15,7 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
 from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
 from tests.dynamodb.helpers import history_signature, loop_graph
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, proxy_to
 
 STEPS = 200
 EVERY = 0.05  # seconds between cuts
@@ -40,11 +38,6 @@ class Cutter:
     def __exit__(self, *_: Any) -> None:
         self.stop.set()
         self.thread.join()
-
-
-def _proxy(url: str, default_port: int) -> FaultProxy:
-    parts = urlsplit(url)
-    return FaultProxy(parts.hostname or "127.0.0.1", parts.port or default_port)
 
 
 @pytest.fixture
@@ -77,7 +70,7 @@ async def _arun(saver: Any, proxy: FaultProxy, reference: list) -> None:
 
 
 def test_postgres_run_under_cuts(pg_url: str, pg_schema: str, reference: list) -> None:
-    proxy = _proxy(pg_url, 5432)
+    proxy = proxy_to(pg_url, 5432)
     try:
         with PostgresSaver.from_conn_string(proxy.url(pg_url), schema=pg_schema) as s:
             s.setup()
@@ -87,7 +80,7 @@ def test_postgres_run_under_cuts(pg_url: str, pg_schema: str, reference: list) -
 
 
 async def test_async_postgres_run_under_cuts(pg_url: str, pg_schema: str, reference: list) -> None:
-    proxy = _proxy(pg_url, 5432)
+    proxy = proxy_to(pg_url, 5432)
     try:
         async with AsyncPostgresSaver.from_conn_string(proxy.url(pg_url), schema=pg_schema) as s:
             await s.setup()
@@ -97,7 +90,7 @@ async def test_async_postgres_run_under_cuts(pg_url: str, pg_schema: str, refere
 
 
 def test_redis_run_under_cuts(redis_url: str, redis_prefix: str, reference: list) -> None:
-    proxy = _proxy(redis_url, 6379)
+    proxy = proxy_to(redis_url, 6379)
     try:
         with RedisSaver.from_conn_string(proxy.url(redis_url), prefix=redis_prefix) as s:
             _run(s, proxy, reference)
@@ -108,12 +101,9 @@ def test_redis_run_under_cuts(redis_url: str, redis_prefix: str, reference: list
 async def test_async_redis_run_under_cuts(
     redis_url: str, redis_prefix: str, reference: list
 ) -> None:
-    proxy = _proxy(redis_url, 6379)
+    proxy = proxy_to(redis_url, 6379)
     try:
         async with AsyncRedisSaver.from_conn_string(proxy.url(redis_url), prefix=redis_prefix) as s:
             await _arun(s, proxy, reference)
     finally:
         proxy.close()
-
-
-_ = asyncio  # the async tests run on pytest's event loop
