@@ -5,7 +5,8 @@ copy bytes both ways. :meth:`FaultProxy.reset_all` closes every connection open
 through it with a TCP reset (``SO_LINGER`` 0) on both sides, as a network cut or a
 server restart does to a pooled connection; new connections go through as before.
 :meth:`FaultProxy.lose_next_reply` cuts the connection that next receives bytes from
-the server, instead of passing them on: a statement applied whose reply was lost.
+the server, instead of passing them on: a statement applied whose reply was lost. With
+``black_hole`` set, new connections are accepted and never answered.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class FaultProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self.resets = 0
         self._lose_reply = threading.Event()
+        #: While True, new connections are accepted and then never answered.
+        self.black_hole = False
+        self._held: list[socket.socket] = []
         self.lost_replies = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -52,6 +56,10 @@ class FaultProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.black_hole:  # accept, then never answer (a partition: no reset, no reply)
+                with self._lock:
+                    self._held.append(client)
+                continue
             try:
                 server = socket.create_connection(self.target)
             except OSError:
@@ -95,6 +103,8 @@ class FaultProxy:
     def close(self) -> None:
         self._listener.close()
         self.reset_all()
+        for s in self._held:
+            _cut(s)
 
 
 def _cut(s: socket.socket) -> None:

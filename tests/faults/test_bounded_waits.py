@@ -1,0 +1,39 @@
+"""Waits that end: an exhausted pool and a server that never answers end in our typed
+error after the documented timeout, never a hang (docs/reliability.md, bounded waits)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from langgraph_durable.errors import StorageUnavailableError
+from langgraph_durable.postgres import PostgresSaver
+from tests.faults.proxy import proxy_to
+from tests.helpers import cfg, put_chain
+
+
+def test_an_exhausted_pool_raises_after_pool_timeout(pg_url: str, pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(
+        pg_url, schema=pg_schema, pool_size=1, pool_timeout=0.5
+    ) as s:
+        s.setup()
+        put_chain(s, "t", 1)
+        with s._conn.pool.connection():  # another user holds the only connection
+            started = time.monotonic()
+            with pytest.raises(StorageUnavailableError, match="no PostgreSQL connection"):
+                s.get_tuple(cfg("t"))
+            assert 0.4 <= time.monotonic() - started < 5
+        assert s.get_tuple(cfg("t")) is not None  # released: served again
+
+
+def test_a_server_that_never_answers_is_reported_at_open(pg_url: str) -> None:
+    proxy = proxy_to(pg_url, 5432)
+    proxy.black_hole = True
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError):
+            PostgresSaver.from_conn_string(proxy.url(pg_url), pool_timeout=1.0).__enter__()
+        assert time.monotonic() - started < 10  # libpq's connect_timeout: 2 s at least
+    finally:
+        proxy.close()
