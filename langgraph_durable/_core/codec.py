@@ -688,7 +688,7 @@ class CheckpointCodec:
     ) -> Any:
         if sealed is None or isinstance(sealed, BlobDelta) or sealed.type == "empty":
             return None
-        identity = RecordIdentity(  # as delta_identity() makes it, built once
+        identity = RecordIdentity(  # delta_identity()'s, built in one step
             key.tenant,
             key.thread,
             stored.ns,
@@ -697,7 +697,7 @@ class CheckpointCodec:
             channel,
             version,
             channel,
-            "" if delta is None else f"delta:{delta.base}:{delta.prefix}",
+            "" if delta is None else delta_extra(delta.base, delta.prefix),
         )
         return self.pipeline.open(identity, sealed)
 
@@ -765,5 +765,10 @@ def delta_identity(identity: RecordIdentity, base: str, prefix: int) -> RecordId
         identity.key,
         identity.version,
         identity.channel,
-        f"delta:{base}:{prefix}",
+        delta_extra(base, prefix),
     )
+
+
+def delta_extra(base: str, prefix: int) -> str:
+    """The clear extra field a delta's identity binds: its base version and item count."""
+    return f"delta:{base}:{prefix}"

@@ -153,8 +153,6 @@ class WriteOps(OpsBase):
             writes_head + "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
             "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) SELECT epoch FROM t"
         )
-        self.INSERT_WRITES_SQL = insert.format(thread=thread_cte)
-        self.UPSERT_WRITES_SQL = upsert.format(thread=thread_cte)
         # (replace, lean) -> statement
         self._writes_sql = {
             (replace, lean): (upsert if replace else insert).format(thread=self._thread_ctes[lean])

@@ -9,7 +9,7 @@ import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import PostgresSaver
-from tests.faults.proxy import proxy_to
+from tests.faults.proxy import FaultProxy
 from tests.helpers import cfg, put_chain
 
 
@@ -27,13 +27,9 @@ def test_an_exhausted_pool_raises_after_pool_timeout(pg_url: str, pg_schema: str
         assert s.get_tuple(cfg("t")) is not None  # released: served again
 
 
-def test_a_server_that_never_answers_is_reported_at_open(pg_url: str) -> None:
-    proxy = proxy_to(pg_url, 5432)
-    proxy.black_hole = True
-    try:
-        started = time.monotonic()
-        with pytest.raises(StorageUnavailableError):
-            PostgresSaver.from_conn_string(proxy.url(pg_url), pool_timeout=1.0).__enter__()
-        assert time.monotonic() - started < 10  # libpq's connect_timeout: 2 s at least
-    finally:
-        proxy.close()
+def test_a_server_that_never_answers_is_reported_at_open(pg_url: str, pg_proxy: FaultProxy) -> None:
+    pg_proxy.black_hole = True
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailableError):
+        PostgresSaver.from_conn_string(pg_proxy.url(pg_url), pool_timeout=1.0).__enter__()
+    assert time.monotonic() - started < 10  # libpq's connect_timeout: 2 s at least

@@ -13,7 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
 from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
 from tests.dynamodb.helpers import history_signature, loop_graph
-from tests.faults.proxy import FaultProxy, proxy_to
+from tests.faults.proxy import FaultProxy
 
 STEPS = 200
 EVERY = 0.05  # seconds between cuts
@@ -69,41 +69,32 @@ async def _arun(saver: Any, proxy: FaultProxy, reference: list) -> None:
     assert len(got) == len(reference) == STEPS + 2
 
 
-def test_postgres_run_under_cuts(pg_url: str, pg_schema: str, reference: list) -> None:
-    proxy = proxy_to(pg_url, 5432)
-    try:
-        with PostgresSaver.from_conn_string(proxy.url(pg_url), schema=pg_schema) as s:
-            s.setup()
-            _run(s, proxy, reference)
-    finally:
-        proxy.close()
+def test_postgres_run_under_cuts(
+    pg_url: str, pg_schema: str, pg_proxy: FaultProxy, reference: list
+) -> None:
+    with PostgresSaver.from_conn_string(pg_proxy.url(pg_url), schema=pg_schema) as s:
+        s.setup()
+        _run(s, pg_proxy, reference)
 
 
-async def test_async_postgres_run_under_cuts(pg_url: str, pg_schema: str, reference: list) -> None:
-    proxy = proxy_to(pg_url, 5432)
-    try:
-        async with AsyncPostgresSaver.from_conn_string(proxy.url(pg_url), schema=pg_schema) as s:
-            await s.setup()
-            await _arun(s, proxy, reference)
-    finally:
-        proxy.close()
+async def test_async_postgres_run_under_cuts(
+    pg_url: str, pg_schema: str, pg_proxy: FaultProxy, reference: list
+) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_proxy.url(pg_url), schema=pg_schema) as s:
+        await s.setup()
+        await _arun(s, pg_proxy, reference)
 
 
-def test_redis_run_under_cuts(redis_url: str, redis_prefix: str, reference: list) -> None:
-    proxy = proxy_to(redis_url, 6379)
-    try:
-        with RedisSaver.from_conn_string(proxy.url(redis_url), prefix=redis_prefix) as s:
-            _run(s, proxy, reference)
-    finally:
-        proxy.close()
+def test_redis_run_under_cuts(
+    redis_url: str, redis_prefix: str, redis_proxy: FaultProxy, reference: list
+) -> None:
+    with RedisSaver.from_conn_string(redis_proxy.url(redis_url), prefix=redis_prefix) as s:
+        _run(s, redis_proxy, reference)
 
 
 async def test_async_redis_run_under_cuts(
-    redis_url: str, redis_prefix: str, reference: list
+    redis_url: str, redis_prefix: str, redis_proxy: FaultProxy, reference: list
 ) -> None:
-    proxy = proxy_to(redis_url, 6379)
-    try:
-        async with AsyncRedisSaver.from_conn_string(proxy.url(redis_url), prefix=redis_prefix) as s:
-            await _arun(s, proxy, reference)
-    finally:
-        proxy.close()
+    url = redis_proxy.url(redis_url)
+    async with AsyncRedisSaver.from_conn_string(url, prefix=redis_prefix) as s:
+        await _arun(s, redis_proxy, reference)
