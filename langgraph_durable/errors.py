@@ -14,6 +14,7 @@ __all__ = [
     "DurableError",
     "ConfigurationError",
     "InvalidInputError",
+    "InvalidNamespaceError",
     "StorageError",
     "StorageUnavailableError",
     "SchemaError",
@@ -65,6 +66,15 @@ class SettingsMismatchError(ConfigurationError):
 
 class InvalidInputError(DurableError, ValueError):
     """A call received input it cannot store or look up (e.g. no ``thread_id``)."""
+
+
+class InvalidNamespaceError(InvalidInputError):
+    """A store namespace breaks LangGraph's rules.
+
+    A namespace is a non-empty tuple of non-empty string labels without ``.``
+    or NUL, whose first label is not ``langgraph``; a search prefix or a
+    listing's match path follows the same label rules and may be empty.
+    """
 
 
 class StorageError(DurableError):

@@ -25,6 +25,8 @@ class RecordKind:
     BLOB = "blob"
     WRITE = "write"
     EFFECT = "effect"
+    STORE_ITEM = "store_item"
+    STORE_VECTORS = "store_vectors"
 
 
 @dataclass(frozen=True, slots=True)
