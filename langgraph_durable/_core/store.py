@@ -50,6 +50,10 @@ __all__ = [
     "RESERVED_ROOT",
     "StoredItem",
     "BatchPlan",
+    "ItemWrite",
+    "Refresh",
+    "answer",
+    "item_writes",
     "EmbedTask",
     "check_namespace",
     "check_labels",
@@ -458,6 +462,117 @@ def search(
         scoreless.sort(key=_recency)
         page.extend(c.search_item() for c in scoreless[: op.limit - len(page)])
     return page
+
+
+# ---- a batch's answer and writes ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """A new expiry for an item a refreshing read returned."""
+
+    namespace: tuple[str, ...]
+    key: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ItemWrite:
+    """What a batch stores for one item (``value`` None: delete it).
+
+    Attributes:
+        namespace, key: The item.
+        value: Its new value, or None to delete it.
+        ttl_minutes: The TTL it is stored with (None: none).
+        expires_at: When it expires (None: never).
+        vectors: Its embeddings by field path (empty: not indexed).
+    """
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any] | None
+    ttl_minutes: float | None = None
+    expires_at: float | None = None
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+
+
+def answer(
+    plan: BatchPlan,
+    found: Mapping[tuple[tuple[str, ...], str], StoredItem],
+    searched: Iterable[StoredItem],
+    namespaces: Iterable[tuple[str, ...]],
+    now: float,
+    query_vectors: Mapping[str, Sequence[float]] | None = None,
+) -> tuple[list[Any], list[Refresh]]:
+    """The results of a batch's ops (None for puts) and the expiries its reads refresh.
+
+    Args:
+        plan: The batch.
+        found: The items the gets read, by (namespace, key) (expired ones may be in it).
+        searched: The items under the batch's search prefixes (expired ones may be in it).
+        namespaces: The namespaces that hold live items (for listings).
+        now: The time of the batch.
+        query_vectors: Each search query's embedding (None or missing: no index).
+    """
+    results: list[Any] = [None] * len(plan.ops)
+    returned: dict[tuple[tuple[str, ...], str], StoredItem] = {}
+    for i in plan.gets:
+        op = plan.ops[i]
+        assert isinstance(op, GetOp)
+        stored = found.get((op.namespace, op.key))
+        if stored is not None and is_live(stored.expires_at, now):
+            results[i] = stored.item()
+            if op.refresh_ttl:
+                returned[(stored.namespace, stored.key)] = stored
+    pool = list(searched) if plan.searches else []
+    for i in plan.searches:
+        op = plan.ops[i]
+        assert isinstance(op, SearchOp)
+        vector = (query_vectors or {}).get(op.query) if op.query else None
+        page = search(op, pool, now, vector)
+        results[i] = page
+        if op.refresh_ttl and page:
+            by_id = {(c.namespace, c.key): c for c in pool}
+            for hit in page:
+                place = (tuple(hit.namespace), hit.key)
+                returned[place] = by_id[place]
+    if plan.listings:
+        live = list(namespaces)
+        for i in plan.listings:
+            op = plan.ops[i]
+            assert isinstance(op, ListNamespacesOp)
+            results[i] = list_namespaces(op, live)
+    refreshes = []
+    for place, stored in returned.items():
+        expiry = refreshed(stored, now)
+        if expiry is not None and place not in plan.puts:
+            refreshes.append(Refresh(place[0], place[1], expiry))
+    return results, refreshes
+
+
+def item_writes(
+    plan: BatchPlan,
+    now: float,
+    vectors: Mapping[tuple[tuple[str, ...], str], dict[str, list[float]]] | None = None,
+) -> list[ItemWrite]:
+    """What the batch's puts store (the last put of each item; None values delete)."""
+    out = []
+    for place, op in plan.puts.items():
+        if op.value is None:
+            out.append(ItemWrite(op.namespace, op.key, None))
+            continue
+        ttl = None if op.ttl is None else float(op.ttl)
+        out.append(
+            ItemWrite(
+                op.namespace,
+                op.key,
+                dict(op.value),
+                ttl,
+                expires_at(ttl, now),
+                dict((vectors or {}).get(place, {})),
+            )
+        )
+    return out
 
 
 # ---- namespace listings ------------------------------------------------------
