@@ -64,10 +64,14 @@ class EffectOps(OpsBase):
             "AND lease_until <= %(now)s::double precision "
             f"RETURNING {_EFFECT_COLUMNS}"
         )
+        # A completion while ``token`` still holds the claim. Sent again after a lost
+        # reply, it finds its own completion (same token, same ``completed``: a takeover
+        # would have raised the token) and counts it as recorded.
         self.EFFECT_COMPLETE_SQL = (
             f"UPDATE {s}.effects SET state = 'done', outcome = %(outcome)s, "
             "result_type = %(r_type)s, result = %(r_data)b, completed = %(now)s "
-            f"WHERE {effect_key} AND state = 'claimed' AND token = %(token)s"
+            f"WHERE {effect_key} AND token = %(token)s "
+            "AND (state = 'claimed' OR (state = 'done' AND completed = %(now)s))"
         )
         self.EFFECT_DELETE_SQL = f"DELETE FROM {s}.effects WHERE {effect_key}"
         self.EFFECT_RELEASE_SQL = (
@@ -125,7 +129,9 @@ class EffectOps(OpsBase):
             "s_data": None if state is None else state.data,
         }
         for _ in range(CLAIM_ATTEMPTS):
-            row = yield Query(self.EFFECT_CLAIM_SQL, params, "one")
+            # Sent again after a lost reply: a claim the first sending made reads as
+            # another's (not won), so the effect waits for the lease, never runs twice.
+            row = yield Query(self.EFFECT_CLAIM_SQL, params, "one", retry=True)
             if row is not None:
                 return _effect(effect_id, row[:-1], bool(row[-1]))
         raise StorageError(
@@ -192,6 +198,7 @@ class EffectOps(OpsBase):
                 "r_data": result.data,
                 "now": float(now),
             },
+            retry=True,
         )
         return bool(count)
 
