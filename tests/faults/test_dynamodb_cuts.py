@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
-from botocore.exceptions import ConnectionClosedError
+from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionClosedError
 
 from langgraph_durable.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
 from langgraph_durable.errors import StorageUnavailableError
-from tests.dynamodb.helpers import make_client
+from tests.dynamodb.helpers import REGION, make_client
 from tests.faults.proxy import step_args
 from tests.helpers import cfg, checkpoint_ids
 
@@ -95,3 +97,29 @@ def test_a_connection_lost_past_the_retry_budget_is_reported(
     lost.lose(0)
     got = s.get_tuple(cfg("t"))
     assert got is not None and got.checkpoint["id"] == config["configurable"]["checkpoint_id"]
+
+
+def test_botocore_retries_would_fail_a_conditional_write_whose_reply_was_lost(
+    dynamodb_endpoint: str, dynamodb_table: str
+) -> None:
+    """Why the saver turns botocore's retries off: they send any call again after a lost
+    connection, and a conditional write (an effect's claim) sent twice fails its own
+    condition, so an applied claim would read as someone else's."""
+    DynamoDBSaver(make_client(dynamodb_endpoint), table=dynamodb_table).setup()
+    retrying = boto3.client(
+        "dynamodb",
+        endpoint_url=dynamodb_endpoint,
+        region_name=REGION,
+        config=Config(retries={"total_max_attempts": 3, "mode": "standard"}),
+    )
+    lost = LoseReplies(retrying, "PutItem")
+    lost.lose()
+    item = {"pk": {"S": "claim"}, "sk": {"S": "effect"}}
+    with pytest.raises(ClientError) as raised:
+        retrying.put_item(
+            TableName=dynamodb_table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+        )
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert lost.lost == 1  # the first sending was applied, its reply lost, then sent again
+    stored = retrying.get_item(TableName=dynamodb_table, Key=item, ConsistentRead=True)
+    assert stored["Item"] == item
