@@ -71,6 +71,11 @@ __all__ = [
     "refreshed",
     "texts_to_embed",
     "cosine",
+    "covering",
+    "under",
+    "listing_prefix",
+    "index_fields",
+    "vectors_by_item",
     "to_datetime",
 ]
 
@@ -387,11 +392,11 @@ def plan_batch(ops: Iterable[Op]) -> BatchPlan:
             plan.puts.pop(place, None)  # keep first-seen order of the last put
             plan.puts[place] = op
     plan.get_keys = list(keys)
-    plan.search_prefixes = _covering(list(prefixes))
+    plan.search_prefixes = covering(list(prefixes))
     return plan
 
 
-def _covering(prefixes: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+def covering(prefixes: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """The fewest prefixes whose namespaces include those of every prefix given."""
     kept: list[tuple[str, ...]] = []
     for p in sorted(prefixes, key=len):

@@ -21,6 +21,10 @@ Schema (all tables in one configurable schema):
 * Row-level security (``_rls``): when on, every table with ``tenant_id`` (each
   partition too) enforces a tenant policy, and each statement of a tenant's
   operation carries the tenant (``Query.settings``).
+* ``store_items``: the long-term memory store's items (``_store``), one row per
+  (tenant, namespace, key); not partitioned: items live until deleted or expired
+  one by one (a TTL refreshed on read moves an item's expiry), so no time bucket
+  could be dropped whole.
 * ``schema_migrations``: versions applied; migrations run under an advisory lock
   (``_admin.AdminOps.setup``).
 """
@@ -204,6 +208,35 @@ ALTER TABLE {s}.blobs ADD COLUMN base text, ADD COLUMN base_count integer;
     # 8: signed tenants (tenant_signing_keys, signed_tenant()); ensure_partitions keeps
     # the application role to epochs near the current one (see _rls)
     _rls.SIGNED_MIGRATION,
+    # 9: the long-term memory store (``_store``): one row per (tenant, namespace, key),
+    # apart from the checkpoint tables and not partitioned (see ``_store``)
+    """
+CREATE TABLE {s}.store_items (
+    tenant_id text NOT NULL,
+    prefix text COLLATE "C" NOT NULL,
+    key text NOT NULL,
+    value_type text NOT NULL,
+    value bytea NOT NULL,
+    vectors_type text NOT NULL,
+    vectors bytea NOT NULL,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL,
+    ttl_minutes double precision,
+    expires_at double precision,
+    PRIMARY KEY (tenant_id, prefix, key)
+);
+CREATE INDEX store_items_expires_idx ON {s}.store_items (expires_at)
+    WHERE expires_at IS NOT NULL;
+DO $fn$
+BEGIN
+    IF 'lz4' = ANY((SELECT enumvals FROM pg_settings
+                    WHERE name = 'default_toast_compression')::text[]) THEN
+        EXECUTE format('ALTER TABLE %I.store_items ALTER COLUMN value SET COMPRESSION lz4, '
+                       'ALTER COLUMN vectors SET COMPRESSION lz4', {lit});
+    END IF;
+END
+$fn$;
+""",
 ]
 
 # How often effect_claim runs again when its statement saw neither its own insert

@@ -187,9 +187,12 @@ COVERING_PROGRAM: list[list[Op]] = [
         GetOp(("a",), "k1"),  # reads see the store before the batch
         PutOp(("a", "b"), "k2", None),
         PutOp(("a", "b"), "k3", None),
+        PutOp(("b",), "k1", {"n": 7, "s": "x", "tag": {"t": 2}, "text": "stone"}),  # update
     ],
     [
         GetOp(("a",), "k1"),
+        GetOp(("b",), "k1"),
+        SearchOp(("b",), query="stone"),
         ListNamespacesOp(),  # ("a",) and ("a", "b") hold nothing now
         SearchOp((), filter={"list": [1, 2]}),
         SearchOp(("c",), query="anything"),

@@ -1,0 +1,253 @@
+"""The store's PostgreSQL operations (pure: no psycopg import, no I/O).
+
+Items live in ``store_items`` (migration 9, see ``_schema``): one row per
+(tenant, namespace, key), the namespace as its labels joined by ``.`` (labels
+cannot hold one) under the C collation, so the namespaces under a prefix are one
+range of the primary key. The value and the vectors are sealed by the record
+pipeline (redaction, serialization, encryption bound to the tenant, the
+namespace, the key and the stored TTL); times are Unix seconds from the store's
+clock.
+
+A batch is at most two statements: one read (every get, every search prefix and
+the namespaces a listing needs, one ``UNION ALL``), then one write (deletes,
+upserts and TTL refreshes, one statement of data-modifying CTEs). Everything
+between them (filters, ordering, scoring, limits, TTL) is decided by the pure
+core (``langgraph_durable._core.store``), after the values are opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
+
+from .._core import store as core
+from .._core.records import RecordIdentity, RecordKind, Sealed
+from ..errors import CorruptRecordError
+from ._query import Query
+from ._schema import validate_schema_name
+
+__all__ = ["StoreOps", "item_identity", "vectors_identity"]
+
+_NO_VECTORS = Sealed("", b"")
+
+
+def _ttl_text(ttl_minutes: float | None) -> str:
+    return "" if ttl_minutes is None else repr(float(ttl_minutes))
+
+
+def item_identity(tenant: str, prefix: str, key: str, ttl_minutes: float | None) -> RecordIdentity:
+    """The identity an item's value is sealed under (its TTL bound as a clear field)."""
+    return RecordIdentity(
+        tenant, "", prefix, RecordKind.STORE_ITEM, key=key, extra=_ttl_text(ttl_minutes)
+    )
+
+
+def vectors_identity(tenant: str, prefix: str, key: str) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under."""
+    return RecordIdentity(tenant, "", prefix, RecordKind.STORE_VECTORS, key=key)
+
+
+def _bounds(
+    prefixes: Iterable[tuple[str, ...]],
+) -> tuple[list[str | None], list[str], list[str | None]]:
+    """Arrays (exact, low, high) for the namespaces under each prefix (see ``_RANGE``)."""
+    exact: list[str | None] = []
+    low: list[str] = []
+    high: list[str | None] = []
+    for prefix in prefixes:
+        bounds = core.ns_prefix_bounds(prefix)
+        if bounds is None:  # every namespace
+            exact.append(None)
+            low.append("")
+            high.append(None)
+        else:
+            exact.append(core.ns_text(prefix))
+            low.append(bounds[0])
+            high.append(bounds[1])
+    return exact, low, high
+
+
+_RANGE = "(i.prefix = b.ex OR (i.prefix >= b.lo AND (b.hi IS NULL OR i.prefix < b.hi)))"
+_COLUMNS = (
+    "i.prefix, i.key, i.value_type, i.value, i.vectors_type, i.vectors, "
+    "i.created_at, i.updated_at, i.ttl_minutes, i.expires_at"
+)
+_LIVE = "(i.expires_at IS NULL OR i.expires_at > %(now)s)"
+
+
+class StoreOps:
+    """The store's statements on one schema, and the reading of their rows.
+
+    Args:
+        schema: The schema (the saver's) holding ``store_items``.
+    """
+
+    def __init__(self, schema: str) -> None:
+        self.schema = validate_schema_name(schema)
+        self._s = f'"{self.schema}"'
+
+    def read_query(self, tenant: str, plan: core.BatchPlan, now: float) -> Query | None:
+        """The one statement that reads what a batch's gets, searches and listings need."""
+        s = self._s
+        parts: list[str] = []
+        params: dict[str, Any] = {"tenant": tenant, "now": now}
+        if plan.get_keys:
+            params["gp"] = [core.ns_text(ns) for ns, _ in plan.get_keys]
+            params["gk"] = [k for _, k in plan.get_keys]
+            parts.append(
+                f"SELECT 'i', {_COLUMNS} FROM unnest(%(gp)s::text[], %(gk)s::text[]) AS g(p, k) "
+                f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND i.prefix = g.p "
+                f"AND i.key = g.k WHERE {_LIVE}"
+            )
+        if plan.search_prefixes:
+            ex, lo, hi = _bounds(plan.search_prefixes)
+            params.update(sx=ex, sl=lo, sh=hi)
+            parts.append(
+                f"SELECT 's', {_COLUMNS} FROM unnest(%(sx)s::text[], %(sl)s::text[], "
+                f"%(sh)s::text[]) AS b(ex, lo, hi) JOIN {s}.store_items i "
+                f"ON i.tenant_id = %(tenant)s AND {_RANGE} WHERE {_LIVE}"
+            )
+        if plan.listings:
+            heads = [core.listing_prefix(plan.ops[i]) for i in plan.listings]  # type: ignore[arg-type]
+            ex, lo, hi = _bounds(core.covering(heads))
+            params.update(lx=ex, ll=lo, lh=hi)
+            parts.append(
+                "SELECT DISTINCT 'n', i.prefix, '', NULL::text, NULL::bytea, NULL::text, "
+                "NULL::bytea, NULL::float8, NULL::float8, NULL::float8, NULL::float8 "
+                f"FROM unnest(%(lx)s::text[], %(ll)s::text[], %(lh)s::text[]) AS b(ex, lo, hi) "
+                f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND {_RANGE} WHERE {_LIVE}"
+            )
+        if not parts:
+            return None
+        return Query(" UNION ALL ".join(parts), params, "all")
+
+    def read(
+        self,
+        tenant: str,
+        plan: core.BatchPlan,
+        now: float,
+        open: Callable[[RecordIdentity, Sealed], Any],
+    ) -> Generator[Any, Any, tuple[dict[Any, core.StoredItem], list[core.StoredItem], list[Any]]]:
+        """Read a batch's items (opened) and live namespaces: (by key, searched, namespaces)."""
+        query = self.read_query(tenant, plan, now)
+        if query is None:
+            return {}, [], []
+        rows = yield query
+        found: dict[tuple[tuple[str, ...], str], core.StoredItem] = {}
+        searched: list[core.StoredItem] = []
+        namespaces: list[tuple[str, ...]] = []
+        cache: dict[tuple[str, str], core.StoredItem] = {}
+        for row in rows:
+            part, prefix = row[0], row[1]
+            if part == "n":
+                namespaces.append(core.ns_from_text(prefix))
+                continue
+            stored = cache.get((prefix, row[2]))
+            if stored is None:
+                stored = cache[(prefix, row[2])] = _stored(tenant, row, open)
+            if part == "i":
+                found[(stored.namespace, stored.key)] = stored
+            else:
+                searched.append(stored)
+        return found, searched, namespaces
+
+    def write_query(
+        self,
+        tenant: str,
+        now: float,
+        writes: Sequence[core.ItemWrite],
+        refreshes: Sequence[core.Refresh],
+        seal: Callable[[RecordIdentity, Any], Sealed],
+    ) -> Query | None:
+        """The one statement that applies a batch's deletes, puts and TTL refreshes."""
+        if not writes and not refreshes:
+            return None
+        s = self._s
+        deletes = [w for w in writes if w.value is None]
+        puts = [w for w in writes if w.value is not None]
+        params: dict[str, Any] = {"tenant": tenant, "now": now}
+        params["dp"] = [core.ns_text(w.namespace) for w in deletes]
+        params["dk"] = [w.key for w in deletes]
+        cols: dict[str, list[Any]] = {n: [] for n in ("pp", "pk", "vt", "v", "wt", "w", "tt", "te")}
+        for w in puts:
+            prefix = core.ns_text(w.namespace)
+            value = seal(item_identity(tenant, prefix, w.key, w.ttl_minutes), w.value)
+            vectors = (
+                seal(vectors_identity(tenant, prefix, w.key), w.vectors)
+                if w.vectors
+                else _NO_VECTORS
+            )
+            for name, item in zip(
+                cols,
+                (prefix, w.key, value.type, value.data, vectors.type, vectors.data),
+                strict=False,
+            ):
+                cols[name].append(item)
+            cols["tt"].append(w.ttl_minutes)
+            cols["te"].append(w.expires_at)
+        params.update(cols)
+        params["rp"] = [core.ns_text(r.namespace) for r in refreshes]
+        params["rk"] = [r.key for r in refreshes]
+        params["re"] = [r.expires_at for r in refreshes]
+        sql = f"""WITH del AS (
+    DELETE FROM {s}.store_items i USING unnest(%(dp)s::text[], %(dk)s::text[]) AS d(p, k)
+    WHERE i.tenant_id = %(tenant)s AND i.prefix = d.p AND i.key = d.k RETURNING 1
+), ins AS (
+    INSERT INTO {s}.store_items AS i (tenant_id, prefix, key, value_type, value,
+        vectors_type, vectors, created_at, updated_at, ttl_minutes, expires_at)
+    SELECT %(tenant)s, u.p, u.k, u.vt, u.v, u.wt, u.w, %(now)s, %(now)s, u.tt, u.te
+    FROM unnest(%(pp)s::text[], %(pk)s::text[], %(vt)s::text[], %(v)s::bytea[],
+                %(wt)s::text[], %(w)s::bytea[], %(tt)s::float8[], %(te)s::float8[])
+        AS u(p, k, vt, v, wt, w, tt, te)
+    ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
+        value_type = excluded.value_type, value = excluded.value,
+        vectors_type = excluded.vectors_type, vectors = excluded.vectors,
+        created_at = CASE WHEN i.expires_at IS NOT NULL AND i.expires_at <= excluded.updated_at
+                          THEN excluded.created_at ELSE i.created_at END,
+        updated_at = excluded.updated_at, ttl_minutes = excluded.ttl_minutes,
+        expires_at = excluded.expires_at
+    RETURNING 1
+), ref AS (
+    UPDATE {s}.store_items i SET expires_at = r.e
+    FROM unnest(%(rp)s::text[], %(rk)s::text[], %(re)s::float8[]) AS r(p, k, e)
+    WHERE i.tenant_id = %(tenant)s AND i.prefix = r.p AND i.key = r.k
+        AND i.ttl_minutes IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"""
+        return Query(sql, params, "one")
+
+    def delete_namespace_query(self, tenant: str, prefix: tuple[str, ...]) -> Query:
+        """The statement that deletes every item of ``tenant`` under ``prefix`` (a count)."""
+        ex, lo, hi = _bounds([prefix])
+        return Query(
+            f"DELETE FROM {self._s}.store_items i USING "
+            "(SELECT %(ex)s::text AS ex, %(lo)s::text AS lo, %(hi)s::text AS hi) AS b "
+            f"WHERE i.tenant_id = %(tenant)s AND {_RANGE}",
+            {"tenant": tenant, "ex": ex[0], "lo": lo[0], "hi": hi[0]},
+            "none",
+        )
+
+
+def _stored(
+    tenant: str, row: Sequence[Any], open: Callable[[RecordIdentity, Sealed], Any]
+) -> core.StoredItem:
+    (_part, prefix, key, vtype, value, wtype, vectors, created, updated, ttl, expiry) = row
+    opened = open(item_identity(tenant, prefix, key, ttl), Sealed(vtype, bytes(value)))
+    if not isinstance(opened, dict):
+        raise CorruptRecordError(
+            f"store item {key!r} of namespace {prefix!r} (tenant {tenant!r}) does not hold a dict"
+        )
+    vecs: Mapping[str, Any] = {}
+    if wtype:
+        vecs = open(vectors_identity(tenant, prefix, key), Sealed(wtype, bytes(vectors)))
+    return core.StoredItem(
+        core.ns_from_text(prefix),
+        key,
+        opened,
+        float(created),
+        float(updated),
+        None if expiry is None else float(expiry),
+        None if ttl is None else float(ttl),
+        {str(p): list(v) for p, v in vecs.items()},
+    )

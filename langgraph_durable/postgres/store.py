@@ -1,0 +1,340 @@
+"""``PostgresStore`` and ``AsyncPostgresStore``: LangGraph long-term memory on PostgreSQL.
+
+Both stores run one pure operation per batch (``_store.StoreOps`` for the SQL,
+``langgraph_durable._core.store`` for every decision) through the driver of the
+saver they hold: the saver's connection handling, record pipeline (redaction,
+then encryption bound to tenant, namespace and key), data keys, row-level
+security and migrations. A store method only resolves the tenant, embeds what the
+batch needs (the one part that differs between sync and async: the embedding
+function's own call) and hands the operation to the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
+
+from .._core import store as core
+from .._core.sansio import Operation
+from .._saver_base import _Call
+from ..errors import ConfigurationError, InvalidNamespaceError
+from . import _rls
+from ._store import StoreOps
+from .saver import AsyncPostgresSaver, PostgresSaver
+
+__all__ = ["PostgresStore", "AsyncPostgresStore"]
+
+StoreTenant = Callable[[], "str | None"]
+
+_TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+
+
+def _check_ttl(ttl: Any) -> dict[str, Any] | None:
+    if ttl is None:
+        return None
+    if not isinstance(ttl, dict) or set(ttl) - _TTL_KEYS:
+        raise ConfigurationError(
+            f"ttl must be a TTLConfig dict with keys among {sorted(_TTL_KEYS)}, got {ttl!r}"
+        )
+    default = ttl.get("default_ttl")
+    if default is not None and (
+        isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0
+    ):
+        raise ConfigurationError(f"default_ttl must be minutes > 0 or None, got {default!r}")
+    return dict(ttl)
+
+
+def _check_index(index: Any) -> dict[str, Any] | None:
+    if index is None:
+        return None
+    if not isinstance(index, dict) or "embed" not in index:
+        raise ConfigurationError(
+            "index must be an IndexConfig dict with 'embed' (and 'dims', optionally "
+            f"'fields'), got {index!r}"
+        )
+    dims = index.get("dims")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise ConfigurationError(f"index dims must be a positive integer, got {dims!r}")
+    return dict(index)
+
+
+class _PostgresStoreBase(BaseStore):
+    """What the sync and async stores share: settings, tenant, the batch operation."""
+
+    supports_ttl = True
+    _saver_class: type[PostgresSaver] | type[AsyncPostgresSaver]
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        schema: str = "langgraph_durable",
+        tenant: str | StoreTenant | None = None,
+        default_tenant: str = "default",
+        encryption: Any = None,
+        redaction: Any = None,
+        serde: Any = None,
+        ttl: Any = None,
+        index: Any = None,
+        clock: Callable[[], float] | None = None,
+        prepare_threshold: int | None = 5,
+        pool_size: int = 4,
+        pool_timeout: float = 30.0,
+        row_level_security: bool = False,
+        tenant_signing_key: str | bytes | None = None,
+    ) -> None:
+        self.ttl_config = _check_ttl(ttl)  # type: ignore[assignment]
+        self.index_config = _check_index(index)
+        self.embeddings = (
+            ensure_embeddings(self.index_config["embed"]) if self.index_config else None
+        )
+        self._fields = core.index_fields(self.index_config)
+        self._dims = self.index_config.get("dims") if self.index_config else None
+        if clock is not None and not callable(clock):
+            raise ConfigurationError(
+                f"clock must be a callable returning Unix seconds, got {clock!r}"
+            )
+        self._clock: Callable[[], float] = clock or time.time
+        if tenant is None:
+            self._tenant: StoreTenant = lambda: None
+        elif isinstance(tenant, str) and tenant:
+            fixed = tenant
+            self._tenant = lambda: fixed
+        elif callable(tenant):
+            self._tenant = tenant
+        else:
+            raise ConfigurationError(
+                f"tenant must be None, a non-empty string or a callable() -> str, got {tenant!r}"
+            )
+        self._saver: Any = self._saver_class(
+            conn,
+            schema=schema,
+            serde=serde,
+            default_tenant=default_tenant,
+            prepare_threshold=prepare_threshold,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            encryption=encryption,
+            redaction=redaction,
+            row_level_security=row_level_security,
+            tenant_signing_key=tenant_signing_key,
+        )
+        self._store_ops = StoreOps(schema)
+
+    @property
+    def schema(self) -> str:
+        """The schema holding the store's table (the saver's schema)."""
+        return self._saver.schema  # type: ignore[no-any-return]
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this store's calls read and write now."""
+        found = self._tenant()
+        return str(found) if found else self._saver.default_tenant
+
+    def _scoped(self, tenant: str, steps: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+        if not self._saver._ops.row_level_security:
+            return steps
+        return _rls.with_settings(steps, _rls.tenant_settings(self._saver._ops, tenant))
+
+    def _to_embed(self, plan: core.BatchPlan) -> tuple[list[str], list[core.EmbedTask]]:
+        """The search queries and the put texts a batch needs embedded (none without index)."""
+        if self.embeddings is None:
+            return [], []
+        return plan.queries(), core.texts_to_embed(plan.writes(), self._fields)
+
+    def _batch_op(
+        self,
+        plan: core.BatchPlan,
+        queries: Sequence[str],
+        query_vectors: Sequence[Sequence[float]],
+        tasks: Sequence[core.EmbedTask],
+        vectors: Sequence[Sequence[float]],
+    ) -> Operation[list[Result]]:
+        """The batch as one operation: read, decide (the core), write."""
+        tenant = self.tenant
+        now = float(self._clock())
+        by_query = dict(zip(queries, query_vectors, strict=True))
+        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        ops, saver = self._store_ops, self._saver
+
+        def steps() -> Generator[Any, Any, list[Result]]:
+            pipeline = saver.pipeline
+            found, searched, names = yield from ops.read(tenant, plan, now, pipeline.open)
+            results, refreshes = core.answer(plan, found, searched, names, now, by_query)
+            writes = core.item_writes(plan, now, by_item)
+            query = ops.write_query(tenant, now, writes, refreshes, pipeline.seal)
+            if query is not None:
+                yield query
+            return results
+
+        call = _Call(
+            tenant,
+            lambda: Operation(self._scoped(tenant, steps())),
+            write=bool(plan.puts),
+            opens=plan.reads,
+        )
+        return saver._keyed(call)  # type: ignore[no-any-return]
+
+    def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
+        core.check_labels(prefix, "namespace prefix")
+        if not prefix:
+            raise InvalidNamespaceError(
+                "delete_namespace needs a non-empty prefix (one label at least)"
+            )
+        tenant = self.tenant
+        query = self._store_ops.delete_namespace_query(tenant, prefix)
+
+        def steps() -> Generator[Any, Any, int]:
+            return int((yield query))
+
+        return Operation(self._scoped(tenant, steps()))
+
+
+class PostgresStore(_PostgresStoreBase):
+    """A LangGraph store (``BaseStore``) on PostgreSQL, protected like the checkpoints.
+
+    Args:
+        conn: A ``psycopg.Connection``, a ``psycopg_pool.ConnectionPool`` or a URL
+            (the same as ``PostgresSaver``'s).
+        schema: The schema of the store's table (``store_items``, created by
+            ``setup()`` beside the saver's tables, apart from them).
+        tenant: None (``default_tenant``), a fixed tenant id, or a callable
+            returning the tenant of the current call (e.g. from a context variable).
+        default_tenant: The tenant when ``tenant`` gives none.
+        encryption: :class:`~langgraph_durable.protect.Encryption`: values and
+            embeddings are stored encrypted, bound to tenant, namespace and key;
+            filters are applied after decryption, ``limit``/``offset`` after the filter.
+        redaction: :class:`~langgraph_durable.protect.Redaction` applied to values
+            before they are stored.
+        serde: The serializer (default: the savers' allowlisting serializer).
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``);
+            expired items are never returned, whether swept or not.
+        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``): search by
+            meaning, scored exactly (cosine) over the items under the search prefix.
+        clock: Unix seconds now (tests inject one; default ``time.time``).
+        prepare_threshold, pool_size, pool_timeout, row_level_security,
+        tenant_signing_key: As ``PostgresSaver``'s.
+
+    Example:
+        >>> with PostgresStore.from_conn_string("postgresql://localhost/db") as store:
+        ...     store.setup()
+        ...     graph = builder.compile(store=store)
+    """
+
+    _saver_class = PostgresSaver
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[PostgresStore]:
+        """A store on its own pool for ``conn_string``, closed on exit."""
+        store = cls(conn_string, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        """Close the pool the store opened (a caller's connection or pool stays open)."""
+        self._saver.close()
+
+    def setup(self) -> list[int]:
+        """Create or migrate the schema (the saver's migrations, the store's table included)."""
+        return self._saver.setup()  # type: ignore[no-any-return]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        plan = core.plan_batch(ops)
+        queries, tasks = self._to_embed(plan)
+        emb = self.embeddings
+        qv = [emb.embed_query(q) for q in queries] if emb and queries else []
+        dv = emb.embed_documents([t.text for t in tasks]) if emb and tasks else []
+        return self._saver._run(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Runs :meth:`batch` in a worker thread (use ``AsyncPostgresStore`` on a loop)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.batch, list(ops))
+
+    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
+        """Delete every item of the current tenant under ``prefix``; the number deleted."""
+        return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+
+
+class AsyncPostgresStore(_PostgresStoreBase):
+    """A LangGraph store on PostgreSQL (asyncio); arguments as :class:`PostgresStore`.
+
+    Takes a ``psycopg.AsyncConnection``, a ``psycopg_pool.AsyncConnectionPool`` or a
+    URL. Its sync methods work from other threads (they run on the store's event
+    loop), not from the loop's own thread.
+    """
+
+    _saver_class = AsyncPostgresSaver
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[AsyncPostgresStore]:
+        """A store on its own pool for ``conn_string``, closed on exit."""
+        store = cls(conn_string, **kwargs)
+        store._bind_loop()
+        try:
+            await store._saver._conn.open()
+            yield store
+        finally:
+            await store.close()
+
+    def _bind_loop(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._saver._bind_loop()
+
+    async def close(self) -> None:
+        """Close the pool the store opened (a caller's connection or pool stays open)."""
+        await self._saver.close()
+
+    async def setup(self) -> list[int]:
+        """Create or migrate the schema (see ``PostgresStore.setup``)."""
+        self._bind_loop()
+        return await self._saver.setup()  # type: ignore[no-any-return]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        self._bind_loop()
+        plan = core.plan_batch(ops)
+        queries, tasks = self._to_embed(plan)
+        emb = self.embeddings
+        qv = [await emb.aembed_query(q) for q in queries] if emb and queries else []
+        dv = await emb.aembed_documents([t.text for t in tasks]) if emb and tasks else []
+        return await self._saver._arun(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Runs :meth:`abatch` on the store's event loop (from another thread only)."""
+        return self._on_loop(self.abatch(list(ops)))  # type: ignore[no-any-return]
+
+    async def adelete_namespace(self, prefix: tuple[str, ...]) -> int:
+        """Delete every item of the current tenant under ``prefix``; the number deleted."""
+        self._bind_loop()
+        return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+
+    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
+        """:meth:`adelete_namespace` from another thread than the store's loop."""
+        return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
+
+    def _on_loop(self, coro: Any) -> Any:
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            coro.close()
+            raise ConfigurationError(
+                "the sync methods of AsyncPostgresStore run on the store's event loop from "
+                "another thread: call the async methods (abatch, aget, ...) on the loop"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()

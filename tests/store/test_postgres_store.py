@@ -1,0 +1,277 @@
+"""PostgresStore and AsyncPostgresStore: the differential harness, encryption on and off,
+raw scans for canaries, tenant separation, round trips, deleting a namespace.
+
+``LGD_PROPERTY_EXAMPLES`` sets the drawn programs per differential test (default 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import uuid
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from psycopg import sql
+
+from langgraph_durable.errors import DecryptionError, InvalidNamespaceError
+from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
+from tests.encryption_helpers import canary_forms, local_encryption
+from tests.store.differential import (
+    COVERING_PROGRAM,
+    acheck_ttl,
+    arun_program,
+    check_ttl,
+    embed,
+    index_config,
+    programs,
+    run_program,
+)
+
+EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "4"))
+PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    phases=PHASES,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+MODES = ["clear", "encrypted"]
+
+
+@pytest.fixture(scope="module")
+def schema(pg_url: str) -> Iterator[str]:
+    """One schema for the module's stores (each test and example has its own tenant)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with PostgresStore.from_conn_string(pg_url, schema=name) as store:
+        applied = store.setup()
+        assert applied[-1] >= 9  # the store's migration
+        assert store.setup() == []
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def _options(mode: str, **extra: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"index": index_config(), "pool_size": 2}
+    if mode == "encrypted":
+        options["encryption"] = local_encryption()
+    options.update(extra)
+    return options
+
+
+def _rows(pg_url: str, schema: str, tenant: str | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        query = sql.SQL("SELECT * FROM {}.store_items").format(sql.Identifier(schema))
+        if tenant is None:
+            return conn.execute(query).fetchall()
+        query = query + sql.SQL(" WHERE tenant_id = %s")
+        return conn.execute(query, (tenant,)).fetchall()
+
+
+# ---- the differential harness ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_sync(pg_url: str, schema: str, mode: str) -> None:
+    tenant = {"now": ""}
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=lambda: tenant["now"], **_options(mode)
+    ) as store:
+        tenant["now"] = uuid.uuid4().hex
+        run_program(store, COVERING_PROGRAM)
+
+        @PROPERTY
+        @given(programs())
+        def check(program: list) -> None:
+            tenant["now"] = uuid.uuid4().hex  # every example starts with no items
+            run_program(store, program)
+
+        check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_async(pg_url: str, schema: str, mode: str) -> None:
+    async def run(program: list) -> None:
+        async with AsyncPostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options(mode, pool_size=1)
+        ) as store:
+            await arun_program(store, program)
+
+    asyncio.run(run(COVERING_PROGRAM))
+
+    @PROPERTY
+    @given(programs(8))
+    def check(program: list) -> None:
+        asyncio.run(run(program))
+
+    check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ttl_with_an_injected_clock(pg_url: str, schema: str, mode: str) -> None:
+    @contextmanager
+    def make(**kw: Any) -> Iterator[PostgresStore]:
+        with PostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options(mode, **kw)
+        ) as store:
+            yield store
+
+    @asynccontextmanager
+    async def amake(**kw: Any) -> Any:
+        async with AsyncPostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options(mode, **kw)
+        ) as store:
+            yield store
+
+    check_ttl(make)
+    asyncio.run(acheck_ttl(amake))
+
+
+# ---- raw storage and tenants ------------------------------------------------------------
+
+
+def _dump(rows: list[tuple[Any, ...]]) -> bytes:
+    out = bytearray()
+    for row in rows:
+        for value in row:
+            out += bytes(value) if isinstance(value, (bytes, memoryview)) else repr(value).encode()
+            out += b"\n"
+    return bytes(out)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_canaries_in_values_and_embeddings_never_reach_storage(
+    pg_url: str, schema: str, mode: str
+) -> None:
+    tag = uuid.uuid4().hex[:12]
+    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
+    tenant = uuid.uuid4().hex
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=tenant, **_options(mode)
+    ) as store:
+        store.put(
+            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
+        )
+        store.put(("users", "u1"), "memory", {"text": canaries[2]})
+        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
+        found = store.search(("users",), query=canaries[2])
+        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
+    dump = _dump(_rows(pg_url, schema, tenant))
+    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
+    # The embedding of the canary text, as msgpack stores each float (big-endian double).
+    vector = [x for x in embed([canaries[2]])[0] if x]
+    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
+    if mode == "encrypted":
+        assert hits == [] and vector_hits == []
+    else:
+        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_crafted_namespaces_never_reach_another_tenant(pg_url: str, schema: str, mode: str) -> None:
+    base = uuid.uuid4().hex[:8]
+    alice, mallory = f"{base}", f"{base}.users"  # a tenant that looks like a namespace
+    with (
+        PostgresStore.from_conn_string(pg_url, schema=schema, tenant=alice, **_options(mode)) as a,
+        PostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=mallory, **_options(mode)
+        ) as m,
+    ):
+        a.put(("users", "u1"), "k", {"text": "apple", "secret": 1})
+        for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
+            assert m.get(ns, "k") is None
+            assert m.search(ns[:1]) == []
+        assert m.search(()) == [] and m.search((), query="apple") == []
+        assert m.list_namespaces() == []
+        with pytest.raises(InvalidNamespaceError):  # ours, from batch
+            m.batch([GetOp(("users.u1",), "k")])
+        with pytest.raises(InvalidNamespaceError):
+            m.batch([PutOp(("users.u1",), "k", {"v": 1})])
+        with pytest.raises(ValueError):  # LangGraph's own, from its public methods
+            m.put(("users.u1",), "k", {"v": 1})
+        assert m.delete_namespace(("users",)) == 0
+        assert a.get(("users", "u1"), "k") is not None
+        assert a.list_namespaces() == [("users", "u1")]
+    if mode == "encrypted":
+        # A row moved to another tenant does not open there (bound to tenant, namespace, key).
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("UPDATE {}.store_items SET tenant_id = %s WHERE tenant_id = %s").format(
+                    sql.Identifier(schema)
+                ),
+                (mallory, alice),
+            )
+        with PostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=mallory, encryption=a._saver.encryption
+        ) as m2:
+            with pytest.raises(DecryptionError):
+                m2.get(("users", "u1"), "k")
+
+
+# ---- batches, round trips, deletes -----------------------------------------------------
+
+
+def test_one_statement_per_read_or_write_phase(pg_url: str, schema: str) -> None:
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options("clear")
+    ) as store:
+        sent: list[str] = []
+        connector = store._saver._conn
+        run_one = connector.run_one
+
+        def counting(q: Any) -> Any:
+            sent.append(q.sql)
+            return run_one(q)
+
+        connector.run_one = counting
+        puts = [
+            PutOp(("a", str(i)), f"k{j}", {"text": "apple", "n": j})
+            for i in range(5)
+            for j in range(4)
+        ]
+        store.batch(puts)
+        assert len(sent) == 1
+        sent.clear()
+        reads = [
+            GetOp(("a", "1"), "k1", refresh_ttl=False),
+            GetOp(("a", "2"), "k2", refresh_ttl=False),
+            SearchOp(("a",), filter={"n": {"$gt": 1}}, limit=3, refresh_ttl=False),
+            SearchOp(("a", "3"), query="apple", refresh_ttl=False),
+            ListNamespacesOp(max_depth=1),
+        ]
+        got = store.batch(reads)
+        assert len(sent) == 1
+        assert got[0].value["n"] == 1 and len(got[2]) == 3 and got[4] == [("a",)]
+        sent.clear()
+        store.batch([*reads, PutOp(("a", "1"), "k1", None), PutOp(("b",), "x", {"n": 1})])
+        assert len(sent) == 2  # one read, one write
+        assert store.get(("a", "1"), "k1") is None
+
+
+def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
+    tenant = uuid.uuid4().hex
+    with PostgresStore.from_conn_string(pg_url, schema=schema, tenant=tenant) as store:
+        for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("a-b",), ("b", "a")]:
+            store.put(ns, "k", {"v": 1})
+        assert store.delete_namespace(("a", "b")) == 2
+        assert sorted(store.list_namespaces()) == [("a",), ("a-b",), ("ab",), ("b", "a")]
+        with pytest.raises(InvalidNamespaceError):
+            store.delete_namespace(())
+
+    async def run() -> None:
+        async with AsyncPostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=tenant
+        ) as astore:
+            assert await astore.adelete_namespace(("a",)) == 1
+            assert sorted(await astore.alist_namespaces()) == [("a-b",), ("ab",), ("b", "a")]
+
+    asyncio.run(run())
