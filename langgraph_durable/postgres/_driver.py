@@ -64,6 +64,11 @@ def translate(exc: BaseException) -> DurableError:
     if isinstance(exc, PoolTimeout):
         return StorageUnavailableError(f"no PostgreSQL connection available: {exc}")
     sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate == "55P03":  # lock_not_available: lock_timeout ran out
+        return StorageUnavailableError(
+            "PostgreSQL: a lock another session holds was not granted within the saver's "
+            f"lock_timeout ({str(exc).strip()}); raise lock_timeout or end that session"
+        )
     if sqlstate == "23514" and "no partition" in str(exc):
         return MissingPartitionError(str(exc).strip())
     if sqlstate in _SCHEMA_STATES:
@@ -118,6 +123,16 @@ def _probe_error(url: str, exc: psycopg.Error) -> DurableError:
         f"invalid PostgreSQL connection string ({text}): use "
         "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME or libpq key=value pairs"
     )
+
+
+def _session_kwargs(options: Any) -> dict[str, Any]:
+    """Connection arguments of a pool the saver opens: autocommit, and the saver's
+    ``lock_timeout`` as a startup option (not behind PgBouncer, which refuses them)."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    lock_timeout = getattr(options, "lock_timeout", None)
+    if lock_timeout is not None and options.prepare:
+        kwargs["options"] = f"-c lock_timeout={max(1, round(lock_timeout * 1000))}"
+    return kwargs
 
 
 def _probe(url: str, pool_timeout: float) -> None:
@@ -179,7 +194,7 @@ class SyncConnector:
                     min_size=1,
                     max_size=options.pool_size,
                     timeout=options.pool_timeout,
-                    kwargs={"autocommit": True},
+                    kwargs=_session_kwargs(options),
                     open=True,
                     name="langgraph-durable",
                 )
@@ -547,7 +562,7 @@ class AsyncConnector:
                 min_size=1,
                 max_size=options.pool_size,
                 timeout=options.pool_timeout,
-                kwargs={"autocommit": True},
+                kwargs=_session_kwargs(options),
                 open=False,
                 name="langgraph-durable",
             )

@@ -55,6 +55,10 @@ class PostgresOptions:
         row_level_security: Send each call's tenant with its statements, for a
             schema whose tables enforce tenant isolation by row-level security
             (``setup()`` turns it on for the schema). See ``docs/security.md``.
+        lock_timeout: Seconds a statement on a pool the saver opens waits for a
+            lock another session holds before ``StorageUnavailableError``
+            (PostgreSQL's ``lock_timeout``); None waits as the server is set.
+            Not sent with ``prepare=False`` (PgBouncer refuses startup options).
     """
 
     schema: str = "langgraph_durable"
@@ -65,6 +69,7 @@ class PostgresOptions:
     pool_timeout: float = 30.0
     delta_chain: int = DEFAULT_MAX_CHAIN
     row_level_security: bool = False
+    lock_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         validate_schema_name(self.schema)
@@ -97,6 +102,15 @@ class PostgresOptions:
             raise ConfigurationError(
                 f"row_level_security must be True or False, got {self.row_level_security!r}"
             )
+        if self.lock_timeout is not None and (
+            isinstance(self.lock_timeout, bool)
+            or not isinstance(self.lock_timeout, (int, float))
+            or not 0.001 <= self.lock_timeout <= 86400
+        ):
+            raise ConfigurationError(
+                "lock_timeout must be None or a number of seconds from 0.001 to 86400, "
+                f"got {self.lock_timeout!r}"
+            )
 
 
 def _options(
@@ -108,6 +122,7 @@ def _options(
     pool_timeout: float,
     delta_chain: int = DEFAULT_MAX_CHAIN,
     row_level_security: bool = False,
+    lock_timeout: float | None = 30.0,
 ) -> PostgresOptions:
     if prepare_threshold is not None and (
         not isinstance(prepare_threshold, int) or prepare_threshold < 0
@@ -125,6 +140,7 @@ def _options(
         pool_timeout=pool_timeout,
         delta_chain=delta_chain,
         row_level_security=row_level_security,
+        lock_timeout=lock_timeout,
     )
 
 
@@ -167,6 +183,7 @@ class _PostgresSaverBase(DurableSaverBase):
         row_level_security: bool = False,
         integrity: Any = None,
         tenant_signing_key: str | bytes | None = None,
+        lock_timeout: float | None = 30.0,
     ) -> None:
         self.options = _options(
             schema,
@@ -177,6 +194,7 @@ class _PostgresSaverBase(DurableSaverBase):
             pool_timeout,
             delta_chain,
             row_level_security,
+            lock_timeout,
         )
         self._tenant_signer = _signer(tenant_signing_key, self.options)
         self._init_base(serde, tenant, default_tenant, encryption, redaction, retention, integrity)
@@ -265,6 +283,11 @@ class PostgresSaver(SyncSaverMethods, _PostgresSaverBase):
             admit a tenant only with a valid signature: SQL run as the
             application role without the key sees no tenant's rows
             (``docs/postgres.md``).
+        lock_timeout: Seconds a statement waits for a lock another session holds
+            (a stuck transaction on the thread's registry row, a migration)
+            before ``StorageUnavailableError``; None: as the server is set.
+            Applied to the pool the saver opens from a URL (a pool of yours
+            keeps its own settings), not with ``prepare_threshold=None``.
 
     Example:
         >>> with PostgresSaver.from_conn_string("postgresql://localhost/db") as saver:

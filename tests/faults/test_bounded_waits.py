@@ -1,15 +1,17 @@
-"""Waits that end: an exhausted pool and a server that never answers end in our typed
-error after the documented timeout, never a hang (docs/reliability.md, bounded waits)."""
+"""Waits that end: an exhausted pool, a server that never answers and a lock another
+session never releases end in our typed error after the documented timeout, never a hang
+(docs/reliability.md, bounded waits)."""
 
 from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import PostgresSaver
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, step_args
 from tests.helpers import cfg, put_chain
 
 
@@ -33,3 +35,34 @@ def test_a_server_that_never_answers_is_reported_at_open(pg_url: str, pg_proxy: 
     with pytest.raises(StorageUnavailableError):
         PostgresSaver.from_conn_string(pg_proxy.url(pg_url), pool_timeout=1.0).__enter__()
     assert time.monotonic() - started < 10  # libpq's connect_timeout: 2 s at least
+
+
+@pytest.mark.parametrize(
+    ("call", "lock"),
+    [
+        # a maintenance session stuck while holding the checkpoints table
+        ("put", "LOCK TABLE {s}.checkpoints IN EXCLUSIVE MODE"),
+        # a session stuck while holding the thread's registry row
+        ("delete_thread", "SELECT 1 FROM {s}.threads WHERE thread_id = 't' FOR UPDATE"),
+    ],
+)
+def test_a_stuck_lock_raises_after_lock_timeout(
+    pg_url: str, pg_schema: str, call: str, lock: str
+) -> None:
+    """Another session holds a lock in a transaction it never ends."""
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as first:
+        first.setup()
+        config = put_chain(first, "t", 1)[-1]
+    with psycopg.connect(pg_url) as holder:  # not autocommit: the lock is held until rollback
+        holder.execute(lock.format(s=pg_schema))
+        with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, lock_timeout=0.3) as s:
+            started = time.monotonic()
+            with pytest.raises(StorageUnavailableError, match="lock_timeout"):
+                if call == "put":
+                    s.put(*step_args(1, config))
+                else:
+                    s.delete_thread("t")
+            assert 0.25 <= time.monotonic() - started < 5
+            holder.rollback()
+            s.put(*step_args(1, config))  # the lock released: served again
+            assert len(list(s.list(cfg("t")))) == 2
