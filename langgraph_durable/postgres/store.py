@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
 
 from .._core import store as core
+from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
 from .._saver_base import _Call
 from ..errors import ConfigurationError, InvalidNamespaceError
@@ -32,6 +34,11 @@ __all__ = ["PostgresStore", "AsyncPostgresStore"]
 StoreTenant = Callable[[], "str | None"]
 
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+
+
+def _tenant_of_run() -> str | None:
+    """The ``tenant_id`` of the graph run this call is part of (``configurable``), if any."""
+    return tenant_from_config(var_child_runnable_config.get())
 
 
 def _check_ttl(ttl: Any) -> dict[str, Any] | None:
@@ -101,7 +108,7 @@ class _PostgresStoreBase(BaseStore):
             )
         self._clock: Callable[[], float] = clock or time.time
         if tenant is None:
-            self._tenant: StoreTenant = lambda: None
+            self._tenant: StoreTenant = _tenant_of_run
         elif isinstance(tenant, str) and tenant:
             fixed = tenant
             self._tenant = lambda: fixed
@@ -204,8 +211,9 @@ class PostgresStore(_PostgresStoreBase):
             (the same as ``PostgresSaver``'s).
         schema: The schema of the store's table (``store_items``, created by
             ``setup()`` beside the saver's tables, apart from them).
-        tenant: None (``default_tenant``), a fixed tenant id, or a callable
-            returning the tenant of the current call (e.g. from a context variable).
+        tenant: None (the graph run's ``config["configurable"]["tenant_id"]``, as
+            the savers read it, else ``default_tenant``), a fixed tenant id, or a
+            callable returning the tenant of the current call (None: the default).
         default_tenant: The tenant when ``tenant`` gives none.
         encryption: :class:`~langgraph_durable.protect.Encryption`: values and
             embeddings are stored encrypted, bound to tenant, namespace and key;

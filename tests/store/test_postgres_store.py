@@ -12,16 +12,19 @@ import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
-from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
 from psycopg import sql
 
-from langgraph_durable.errors import DecryptionError, InvalidNamespaceError
+from langgraph_durable.errors import ConfigurationError, DecryptionError, InvalidNamespaceError
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
+from langgraph_durable.protect import Redaction
 from tests.encryption_helpers import canary_forms, local_encryption
 from tests.store.differential import (
     COVERING_PROGRAM,
@@ -275,3 +278,87 @@ def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
             assert sorted(await astore.alist_namespaces()) == [("a-b",), ("ab",), ("b", "a")]
 
     asyncio.run(run())
+
+
+# ---- inside a graph; redaction ----------------------------------------------------------
+
+
+class _State(TypedDict, total=False):
+    text: str
+    recalled: list[str]
+
+
+def _memory_graph(store: Any) -> Any:
+    def remember(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
+        user = config["configurable"]["user"]
+        store.put(("memories", user), uuid.uuid4().hex, {"text": state["text"]})
+        return {}
+
+    def recall(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
+        user = config["configurable"]["user"]
+        return {
+            "recalled": [
+                h.value["text"]
+                for h in store.search(("memories", user), query=state["text"], limit=1)
+            ]
+        }
+
+    builder = StateGraph(_State)
+    builder.add_node("remember", remember)
+    builder.add_node("recall", recall)
+    builder.add_conditional_edges(
+        START, lambda s: "recall" if s.get("recalled") == [] else "remember"
+    )
+    return builder.compile(store=store)
+
+
+def test_a_graph_remembers_in_one_thread_and_recalls_in_another(pg_url: str, schema: str) -> None:
+    tenant = uuid.uuid4().hex
+    other = uuid.uuid4().hex
+
+    def config(thread: str, tenant_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
+
+    with PostgresStore.from_conn_string(pg_url, schema=schema, index=index_config()) as store:
+        graph = _memory_graph(store)
+        graph.invoke({"text": "blue sky"}, config("t1", tenant))
+        graph.invoke({"text": "river"}, config("t1", tenant))
+    # another store object (as another process would open), another thread
+    with PostgresStore.from_conn_string(pg_url, schema=schema, index=index_config()) as store:
+        graph = _memory_graph(store)
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
+        assert out["recalled"] == ["blue sky"]
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
+        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
+        assert store.search(("memories",)) == []  # outside a run: the default tenant
+
+
+def test_redaction_applies_to_stored_values(pg_url: str, schema: str) -> None:
+    tenant = uuid.uuid4().hex
+    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=tenant, redaction=Redaction()
+    ) as store:
+        store.put(("users",), "u1", {"note": f"write to {mail} please"})
+        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
+        assert mail not in value["note"] and value["note"].startswith("write to ")
+    dump = _dump(_rows(pg_url, schema, tenant))
+    assert not any(form in dump for form in canary_forms(mail))
+
+
+def test_sync_methods_of_the_async_store_from_another_thread(pg_url: str, schema: str) -> None:
+    async def run() -> None:
+        async with AsyncPostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=uuid.uuid4().hex
+        ) as store:
+            await asyncio.to_thread(store.put, ("a",), "k", {"v": 1})
+            item = await asyncio.to_thread(store.get, ("a",), "k")
+            assert item is not None and item.value == {"v": 1}
+            assert await asyncio.to_thread(store.delete_namespace, ("a",)) == 1
+            with pytest.raises(ConfigurationError):
+                store.get(("a",), "k")  # on the loop's own thread: refused, not a deadlock
+
+    asyncio.run(run())
+    with PostgresStore.from_conn_string(pg_url, schema=schema, tenant=uuid.uuid4().hex) as sync:
+        asyncio.run(sync.aput(("a",), "k", {"v": 2}))
+        assert asyncio.run(sync.aget(("a",), "k")).value == {"v": 2}  # type: ignore[union-attr]
