@@ -11,6 +11,10 @@ values again, or delete what is already gone; an effect claim or completion
 carries a call id, so sent again it finds its own change), so a request whose
 connection dropped is sent once more on a fresh connection before its error is
 raised.
+
+A cluster client opened from a URL retries through a primary's failover
+(``CLUSTER_RETRIES``); with ``wait_replicas`` a write is followed by ``WAIT``
+in the same pipeline, on the same connection (``_acked_script``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from ..errors import (
 )
 from ._keys import split_cluster_url
 from ._requests import Batch, Command, ScanKeys, ScanPage, Script
+from ._scripts import REPLICATED
 
 R = TypeVar("R")
 
@@ -90,6 +95,55 @@ def _retry_kwargs(retry_type: Any) -> dict[str, Any]:
         "retry": retry_type(ExponentialBackoff(cap=1.0, base=0.05), 3),
         "retry_on_error": [rx.ConnectionError, rx.TimeoutError],
     }
+
+
+#: Retries of a cluster client the saver opens itself. A primary that fails over
+#: leaves its slots without a reachable owner until its replica is promoted (a
+#: crash: ``cluster-node-timeout`` and about a second of election; ``CLUSTER
+#: FAILOVER``: well under a second); redis-py's cluster client retries a command
+#: (or a pipeline) after a connection error, refreshing its slot map, and follows
+#: the MOVED that the old primary answers once demoted. Its default backoff is
+#: jittered (2-5 s of waiting in all, at random); this one waits 0.1, 0.2, 0.4,
+#: 0.8 s and then 1 s per retry: 9.5 s over 12 retries, whatever the draw. A
+#: request that still fails with a connection error is sent once more
+#: (``execute``), which waits the same again.
+CLUSTER_RETRIES = 12
+CLUSTER_BACKOFF_BASE_S = 0.05
+CLUSTER_BACKOFF_CAP_S = 1.0
+
+
+def _cluster_retry(retry_type: Any) -> Any:
+    """The ``retry=`` of a cluster client the saver opens itself (see ``CLUSTER_RETRIES``)."""
+    backoff = ExponentialBackoff(cap=CLUSTER_BACKOFF_CAP_S, base=CLUSTER_BACKOFF_BASE_S)
+    return retry_type(backoff, CLUSTER_RETRIES)
+
+
+class _WaitFailed(rx.ConnectionError):
+    """``WAIT`` failed where the write went (its node failed over in between): the
+    request is sent again (``_resend``), like one whose connection dropped."""
+
+
+def _wait_target(client: Any, request: Script, cluster: bool) -> dict[str, Any]:
+    """Where ``WAIT`` goes: the node the script's first key lives on (its connection in
+    the pipeline is the script's, and ``WAIT`` counts the replicas that have what
+    that connection wrote)."""
+    return {"target_nodes": client.get_node_from_key(request.keys[0])} if cluster else {}
+
+
+def _acked(reply: Any, acked: Any, wanted: int, timeout_ms: int) -> Any:
+    """A script's reply once ``WAIT`` said enough replicas have its write."""
+    if isinstance(reply, BaseException):
+        raise reply
+    if isinstance(acked, BaseException):
+        raise _WaitFailed(f"WAIT after the write failed: {acked}") from acked
+    if int(acked) < wanted:
+        raise StorageUnavailableError(
+            f"Redis applied the write on the primary, but {int(acked)} of the "
+            f"{wanted} replicas asked for (wait_replicas) confirmed it within "
+            f"{timeout_ms} ms; a failover now could lose it. Calling again is safe "
+            "(the write is idempotent); a replica may be down or lagging."
+        )
+    return reply
 
 
 def _resend(exc: BaseException) -> bool:
@@ -198,13 +252,17 @@ class SyncDriver:
         conn: A client, or a URL for which the driver opens (and owns) one.
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self.owns = isinstance(conn, str)
         if self.owns:
             url, cluster = split_cluster_url(conn)
             try:
                 if cluster:
-                    conn = redis.cluster.RedisCluster.from_url(url, decode_responses=False)
+                    conn = redis.cluster.RedisCluster.from_url(
+                        url, decode_responses=False, retry=_cluster_retry(redis.retry.Retry)
+                    )
                 else:
                     conn = redis.Redis.from_url(
                         url, decode_responses=False, **_retry_kwargs(redis.retry.Retry)
@@ -268,10 +326,27 @@ class SyncDriver:
         return [result] if request.every_primary else result
 
     def _script(self, request: Script) -> Any:
+        if self.wait_replicas and request.script.sha in REPLICATED:
+            return self._acked_script(request)
         try:
             return self.client.execute_command(*_script_call(request, False))
         except rx.NoScriptError:
             return self.client.execute_command(*_script_call(request, True))
+
+    def _acked_script(self, request: Script) -> Any:
+        """The script and ``WAIT`` in one pipeline (one round trip, one connection)."""
+        target = _wait_target(self.client, request, self.cluster)
+        for source in (False, True):
+            pipe = self.client.pipeline(transaction=False)
+            try:
+                pipe.execute_command(*_script_call(request, source))
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms, **target)
+                reply, acked = pipe.execute(raise_on_error=False)
+            finally:
+                pipe.reset()
+            if source or not isinstance(reply, rx.NoScriptError):
+                break
+        return _acked(reply, acked, self.wait_replicas, self.wait_timeout_ms)
 
     def _batch(self, request: Batch) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -308,13 +383,19 @@ class AsyncDriver:
         conn: A client, or a URL for which the driver opens (and owns) one.
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self.owns = isinstance(conn, str)
         if self.owns:
             url, cluster = split_cluster_url(conn)
             try:
                 if cluster:
-                    conn = redis.asyncio.cluster.RedisCluster.from_url(url, decode_responses=False)
+                    conn = redis.asyncio.cluster.RedisCluster.from_url(
+                        url,
+                        decode_responses=False,
+                        retry=_cluster_retry(redis.asyncio.retry.Retry),
+                    )
                 else:
                     conn = redis.asyncio.Redis.from_url(
                         url, decode_responses=False, **_retry_kwargs(redis.asyncio.retry.Retry)
@@ -378,10 +459,31 @@ class AsyncDriver:
         return [result] if request.every_primary else result
 
     async def _script(self, request: Script) -> Any:
+        if self.wait_replicas and request.script.sha in REPLICATED:
+            return await self._acked_script(request)
         try:
             return await self.client.execute_command(*_script_call(request, False))
         except rx.NoScriptError:
             return await self.client.execute_command(*_script_call(request, True))
+
+    async def _acked_script(self, request: Script) -> Any:
+        """The script and ``WAIT`` in one pipeline (one round trip, one connection)."""
+        if self.cluster:
+            await self.client.initialize()  # the slot map (at once once there is one)
+        target = _wait_target(self.client, request, self.cluster)
+        for source in (False, True):
+            pipe = self.client.pipeline(transaction=False)
+            try:
+                pipe.execute_command(*_script_call(request, source))
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms, **target)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            finally:
+                reset = pipe.reset()
+                if reset is not None:
+                    await reset
+            if source or not isinstance(reply, rx.NoScriptError):
+                break
+        return _acked(reply, acked, self.wait_replicas, self.wait_timeout_ms)
 
     async def _batch(self, request: Batch) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

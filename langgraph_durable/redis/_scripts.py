@@ -158,3 +158,22 @@ PRUNE_SCRIPTS: tuple[LuaScript, ...] = (
     LOCK_TAKE,
     LOCK_RELEASE,
 )
+
+#: The scripts a saver with ``wait_replicas`` follows with ``WAIT``: those that store a
+#: thread's records one call at a time (a checkpoint, its writes, a copied thread's
+#: parts, an effect-journal change). Reads never wait (their expiry refresh is not worth
+#: an error when no replica is up), nor do batches over many threads (deleting threads
+#: or runs, the pruner): a deletion a failover loses is made again by calling again.
+REPLICATED: frozenset[str] = frozenset(
+    script.sha
+    for script in (
+        PUT,
+        PUT_WRITES,
+        MERGE,
+        EFFECT_CLAIM,
+        EFFECT_TAKEOVER,
+        EFFECT_COMPLETE,
+        EFFECT_DELETE,
+        EFFECT_WRITE,
+    )
+)

@@ -54,6 +54,17 @@ class RedisOptions:
             stored as the items added since the previous version, with a full
             copy after at most this many deltas (0-1000; 0 stores every
             version in full). See ``docs/redis.md``.
+        wait_replicas: Replicas that must have each write before it counts
+            as done (0-16; 0: off). After each write of a thread's records (a
+            checkpoint, its writes, an effect-journal change, a copied thread;
+            not deletions, which are batched) the saver sends ``WAIT`` to the
+            thread's primary on the same connection, in the same round trip;
+            if fewer replicas confirm within ``wait_timeout`` the call raises
+            ``StorageUnavailableError`` (the write is on the primary; calling
+            again is safe). Redis replicates asynchronously, so without it a
+            primary that crashes can take an acknowledged write with it when
+            its replica is promoted. See ``docs/redis.md``.
+        wait_timeout: Seconds ``WAIT`` may block (0.001-60).
     """
 
     prefix: str = "lgd"
@@ -62,6 +73,8 @@ class RedisOptions:
     default_tenant: str = "default"
     page_size: int = LIST_PAGE_SIZE
     delta_chain: int = DEFAULT_MAX_CHAIN
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         validate_prefix(self.prefix)
@@ -86,6 +99,16 @@ class RedisOptions:
             )
         _check_int("page_size", self.page_size, 1, 1000, "")
         _check_int("delta_chain", self.delta_chain, 0, 1000, " (0: no deltas)")
+        _check_int("wait_replicas", self.wait_replicas, 0, 16, " (0: do not wait)")
+        timeout = self.wait_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0.001 <= timeout <= 60
+        ):
+            raise ConfigurationError(
+                f"wait_timeout must be a number of seconds from 0.001 to 60, got {timeout!r}"
+            )
 
     @property
     def ttl_ms(self) -> int | None:
@@ -158,6 +181,8 @@ class _RedisSaverBase(DurableSaverBase):
         default_tenant: str = "default",
         page_size: int = LIST_PAGE_SIZE,
         delta_chain: int = DEFAULT_MAX_CHAIN,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
         options: RedisOptions | None = None,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
@@ -172,12 +197,18 @@ class _RedisSaverBase(DurableSaverBase):
                 default_tenant=default_tenant,
                 page_size=page_size,
                 delta_chain=delta_chain,
+                wait_replicas=wait_replicas,
+                wait_timeout=wait_timeout,
             )
         elif not isinstance(options, RedisOptions):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
         self.options = options
         retention = _retention_setting(options, retention)
-        self._conn = self._driver_type(conn)
+        self._conn = self._driver_type(
+            conn,
+            wait_replicas=options.wait_replicas,
+            wait_timeout_ms=max(1, round(options.wait_timeout * 1000)),
+        )
         self._init_base(
             serde,
             tenant,
@@ -252,9 +283,15 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
         page_size: Checkpoints fetched per ``list`` round trip.
         delta_chain: Most deltas between two full copies of a list channel
             that grows by appending; 0 stores every version in full.
+        wait_replicas: Replicas that must confirm each write (Redis ``WAIT``,
+            in the same round trip) before the call returns; fewer within
+            ``wait_timeout`` seconds raise ``StorageUnavailableError``. 0 (the
+            default) does not wait: a crashed primary may then lose the last
+            acknowledged writes when its replica takes over.
+        wait_timeout: Seconds a write waits for ``wait_replicas`` (default 1).
         options: A :class:`RedisOptions`; when given it replaces the option
             arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
-            page_size, delta_chain; not retention).
+            page_size, delta_chain, wait_replicas, wait_timeout; not retention).
         encryption: Envelope encryption of every stored payload
             (:class:`~langgraph_durable.protect.Encryption`); None: off.
         redaction: PII redaction before anything is stored
