@@ -89,6 +89,17 @@ def translate(exc: BaseException) -> DurableError:
     return StorageError(f"unexpected error talking to Redis: {exc!r}")
 
 
+#: Seconds a client the saver opens waits to connect, and for a reply, before the
+#: request counts as failed (and is retried): a server that stops answering (a
+#: partition) ends in ``StorageUnavailableError``, never a hang. A URL's own
+#: ``socket_timeout`` / ``socket_connect_timeout`` query parameters win.
+SOCKET_TIMEOUT_S = 5.0
+
+
+def _timeouts() -> dict[str, Any]:
+    return {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": SOCKET_TIMEOUT_S}
+
+
 def _retry_kwargs(retry_type: Any) -> dict[str, Any]:
     """Retry settings for a single-server client the saver opens itself."""
     return {
@@ -261,11 +272,17 @@ class SyncDriver:
             try:
                 if cluster:
                     conn = redis.cluster.RedisCluster.from_url(
-                        url, decode_responses=False, retry=_cluster_retry(redis.retry.Retry)
+                        url,
+                        decode_responses=False,
+                        retry=_cluster_retry(redis.retry.Retry),
+                        **_timeouts(),
                     )
                 else:
                     conn = redis.Redis.from_url(
-                        url, decode_responses=False, **_retry_kwargs(redis.retry.Retry)
+                        url,
+                        decode_responses=False,
+                        **_retry_kwargs(redis.retry.Retry),
+                        **_timeouts(),
                     )
             except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
                 raise _connect_error(exc) from exc
@@ -395,10 +412,14 @@ class AsyncDriver:
                         url,
                         decode_responses=False,
                         retry=_cluster_retry(redis.asyncio.retry.Retry),
+                        **_timeouts(),
                     )
                 else:
                     conn = redis.asyncio.Redis.from_url(
-                        url, decode_responses=False, **_retry_kwargs(redis.asyncio.retry.Retry)
+                        url,
+                        decode_responses=False,
+                        **_retry_kwargs(redis.asyncio.retry.Retry),
+                        **_timeouts(),
                     )
             except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
                 raise _connect_error(exc) from exc

@@ -6,7 +6,8 @@ through it with a TCP reset (``SO_LINGER`` 0) on both sides, as a network cut or
 server restart does to a pooled connection; new connections go through as before.
 :meth:`FaultProxy.lose_next_reply` cuts the connection that next receives bytes from
 the server, instead of passing them on: a statement applied whose reply was lost. With
-``black_hole`` set, new connections are accepted and never answered.
+``black_hole`` set, new connections are accepted and never answered, and bytes on open
+ones are dropped without closing them (a partition that drops packets).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class FaultProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self.resets = 0
         self._lose_reply = threading.Event()
-        #: While True, new connections are accepted and then never answered.
+        #: While True, new connections are accepted and then never answered, and open
+        #: ones carry nothing either way (their bytes are dropped, nothing is closed).
         self.black_hole = False
         self._held: list[socket.socket] = []
         self.lost_replies = 0
@@ -73,6 +75,8 @@ class FaultProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         try:
             while data := src.recv(1 << 16):
+                if self.black_hole:  # open connections too: bytes vanish, nothing is closed
+                    continue
                 if replies and self._lose_reply.is_set():
                     self._lose_reply.clear()
                     self.lost_replies += 1

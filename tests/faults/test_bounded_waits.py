@@ -11,6 +11,7 @@ import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import PostgresSaver
+from langgraph_durable.redis import RedisSaver
 from tests.faults.proxy import FaultProxy, step_args
 from tests.helpers import cfg, put_chain
 
@@ -66,3 +67,27 @@ def test_a_stuck_lock_raises_after_lock_timeout(
             holder.rollback()
             s.put(*step_args(1, config))  # the lock released: served again
             assert len(list(s.list(cfg("t")))) == 2
+
+
+def test_a_redis_server_that_stops_answering_is_reported(
+    redis_url: str, redis_prefix: str, redis_proxy: FaultProxy
+) -> None:
+    """A partition on open connections: the reply never comes; the socket timeout (5 s by
+    default; 0.3 s in this URL) and redis-py's retries end the call, never a hang."""
+    url = redis_proxy.url(redis_url)
+    url += ("&" if "?" in url else "?") + "socket_timeout=0.3&socket_connect_timeout=0.3"
+    with RedisSaver.from_conn_string(url, prefix=redis_prefix) as s:
+        put_chain(s, "t", 1)
+        redis_proxy.black_hole = True
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError):
+            s.get_tuple(cfg("t"))
+        assert time.monotonic() - started < 15
+        redis_proxy.black_hole = False
+        assert s.get_tuple(cfg("t")) is not None  # the partition over: served again
+
+
+def test_redis_clients_the_saver_opens_time_out_by_default(redis_url: str) -> None:
+    with RedisSaver.from_conn_string(redis_url) as s:
+        kwargs = s._conn.client.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 5.0
