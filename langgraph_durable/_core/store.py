@@ -14,7 +14,7 @@ stores what this module decides:
   strings (a comparison across types is false, never an error);
 - search results (:func:`search`): with a query, by cosine similarity of the
   item's best vector, items without vectors after them (as ``InMemoryStore``);
-  without one, by ``updated_at`` newest first (ties by namespace and key);
+  without one, by ``updated_at`` newest first (ties by namespace text and key);
   ``offset``/``limit`` counted after the filter;
 - namespace listings (:func:`list_namespaces`): prefix and suffix conditions with
   ``*`` wildcards, ``max_depth``, sorted, then ``offset``/``limit``;
@@ -72,6 +72,7 @@ __all__ = [
     "texts_to_embed",
     "cosine",
     "covering",
+    "cut_in_storage",
     "under",
     "listing_prefix",
     "index_fields",
@@ -423,8 +424,11 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb)
 
 
-def _recency(item: StoredItem) -> tuple[float, tuple[str, ...], str]:
-    return (-item.updated_at, item.namespace, item.key)
+def _recency(item: StoredItem) -> tuple[float, str, str]:
+    """Newest first; ties by the namespace's text form, then the key, in code-point order
+    (what a backend's ``ORDER BY updated_at DESC, prefix, key`` under the C collation
+    gives, so a page it cuts in SQL is the page cut here)."""
+    return (-item.updated_at, ns_text(item.namespace), item.key)
 
 
 def search(
@@ -578,6 +582,14 @@ def item_writes(
             )
         )
     return out
+
+
+def cut_in_storage(op: SearchOp, indexed: bool) -> int | None:
+    """How many of the newest items under its prefix a search needs, when that is all
+    it needs (no filter, no scoring): ``offset + limit``; else None (every item)."""
+    if op.filter or (indexed and op.query):
+        return None
+    return op.offset + op.limit
 
 
 # ---- namespace listings ------------------------------------------------------

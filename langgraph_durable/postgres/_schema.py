@@ -214,7 +214,7 @@ ALTER TABLE {s}.blobs ADD COLUMN base text, ADD COLUMN base_count integer;
 CREATE TABLE {s}.store_items (
     tenant_id text NOT NULL,
     prefix text COLLATE "C" NOT NULL,
-    key text NOT NULL,
+    key text COLLATE "C" NOT NULL,
     value_type text NOT NULL,
     value bytea NOT NULL,
     vectors_type text NOT NULL,

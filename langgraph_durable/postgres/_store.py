@@ -8,7 +8,8 @@ pipeline (redaction, serialization, encryption bound to the tenant, the
 namespace, the key and the stored TTL); times are Unix seconds from the store's
 clock.
 
-A batch is at most two statements: one read (every get, every search prefix and
+A batch is at most two statements: one read (every get, every search prefix (only
+the newest ``offset + limit`` items for a search without filter or scoring) and
 the namespaces a listing needs, one ``UNION ALL``), then one write (deletes,
 upserts and TTL refreshes, one statement of data-modifying CTEs). Everything
 between them (filters, ordering, scoring, limits, TTL) is decided by the pure
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
+
+from langgraph.store.base import SearchOp
 
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
@@ -86,8 +89,15 @@ class StoreOps:
         self.schema = validate_schema_name(schema)
         self._s = f'"{self.schema}"'
 
-    def read_query(self, tenant: str, plan: core.BatchPlan, now: float) -> Query | None:
-        """The one statement that reads what a batch's gets, searches and listings need."""
+    def read_query(
+        self, tenant: str, plan: core.BatchPlan, now: float, indexed: bool = False
+    ) -> Query | None:
+        """The one statement that reads what a batch's gets, searches and listings need.
+
+        A search with neither a filter nor scoring reads only the ``offset + limit``
+        newest items under its prefix (``core.cut_in_storage``); any other reads every
+        live item under its prefix (the filter needs the opened values).
+        """
         s = self._s
         parts: list[str] = []
         params: dict[str, Any] = {"tenant": tenant, "now": now}
@@ -99,8 +109,29 @@ class StoreOps:
                 f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND i.prefix = g.p "
                 f"AND i.key = g.k WHERE {_LIVE}"
             )
-        if plan.search_prefixes:
-            ex, lo, hi = _bounds(plan.search_prefixes)
+        whole: list[tuple[str, ...]] = []
+        cuts: dict[tuple[str, ...], int] = {}
+        for i in plan.searches:
+            op = plan.ops[i]
+            assert isinstance(op, SearchOp)
+            n = core.cut_in_storage(op, indexed)
+            if n is None:
+                whole.append(op.namespace_prefix)
+            else:
+                cuts[op.namespace_prefix] = max(n, cuts.get(op.namespace_prefix, 0))
+        whole = core.covering(whole)
+        cuts = {p: n for p, n in cuts.items() if not any(core.under(p, w) for w in whole)}
+        if cuts:
+            ex, lo, hi = _bounds(cuts)
+            params.update(cx=ex, cl=lo, ch=hi, cn=list(cuts.values()))
+            parts.append(
+                f"SELECT 's', {_COLUMNS} FROM unnest(%(cx)s::text[], %(cl)s::text[], "
+                "%(ch)s::text[], %(cn)s::int[]) AS b(ex, lo, hi, n) CROSS JOIN LATERAL ("
+                f"SELECT * FROM {s}.store_items i WHERE i.tenant_id = %(tenant)s AND {_RANGE} "
+                f"AND {_LIVE} ORDER BY i.updated_at DESC, i.prefix, i.key LIMIT b.n) AS i"
+            )
+        if whole:
+            ex, lo, hi = _bounds(whole)
             params.update(sx=ex, sl=lo, sh=hi)
             parts.append(
                 f"SELECT 's', {_COLUMNS} FROM unnest(%(sx)s::text[], %(sl)s::text[], "
@@ -127,14 +158,15 @@ class StoreOps:
         plan: core.BatchPlan,
         now: float,
         open: Callable[[RecordIdentity, Sealed], Any],
+        indexed: bool = False,
     ) -> Generator[Any, Any, tuple[dict[Any, core.StoredItem], list[core.StoredItem], list[Any]]]:
         """Read a batch's items (opened) and live namespaces: (by key, searched, namespaces)."""
-        query = self.read_query(tenant, plan, now)
+        query = self.read_query(tenant, plan, now, indexed)
         if query is None:
             return {}, [], []
         rows = yield query
         found: dict[tuple[tuple[str, ...], str], core.StoredItem] = {}
-        searched: list[core.StoredItem] = []
+        searched: dict[tuple[str, str], core.StoredItem] = {}
         namespaces: list[tuple[str, ...]] = []
         cache: dict[tuple[str, str], core.StoredItem] = {}
         for row in rows:
@@ -148,8 +180,8 @@ class StoreOps:
             if part == "i":
                 found[(stored.namespace, stored.key)] = stored
             else:
-                searched.append(stored)
-        return found, searched, namespaces
+                searched[(prefix, row[2])] = stored
+        return found, list(searched.values()), namespaces
 
     def write_query(
         self,

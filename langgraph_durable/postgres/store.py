@@ -169,10 +169,11 @@ class _PostgresStoreBase(BaseStore):
         by_query = dict(zip(queries, query_vectors, strict=True))
         by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
         ops, saver = self._store_ops, self._saver
+        indexed = self.embeddings is not None
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
-            found, searched, names = yield from ops.read(tenant, plan, now, pipeline.open)
+            found, searched, names = yield from ops.read(tenant, plan, now, pipeline.open, indexed)
             results, refreshes = core.answer(plan, found, searched, names, now, by_query)
             writes = core.item_writes(plan, now, by_item)
             query = ops.write_query(tenant, now, writes, refreshes, pipeline.seal)

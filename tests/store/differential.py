@@ -312,25 +312,31 @@ def _reference() -> InMemoryStore:
     return InMemoryStore(index=index_config())  # type: ignore[arg-type]
 
 
-def _extend(batch: list[Op]) -> tuple[list[Op], dict[int, int]]:
-    """The batch plus, for each search without a query, the same search unpaged (in the
-    same batch, so it sees the same state): the page must be a slice of it."""
-    extended = list(batch)
+def _fulls(batch: list[Op]) -> tuple[list[Op], dict[int, int]]:
+    """For each search without a query, the same search unpaged and not refreshing TTLs,
+    run as a batch of its own just before the batch (so it sees the state the batch's
+    reads see, and the store cannot serve the page from it): the page must be a slice
+    of it. Returns those ops and the index of each one's result by the search's index."""
+    full_ops: list[Op] = []
     fulls: dict[int, int] = {}
     for i, op in enumerate(batch):
         if isinstance(op, SearchOp) and not op.query:
-            fulls[i] = len(extended)
-            extended.append(op._replace(limit=BIG, offset=0))
-    return extended, fulls
+            fulls[i] = len(full_ops)
+            full_ops.append(op._replace(limit=BIG, offset=0, refresh_ttl=False))
+    return full_ops, fulls
 
 
 def _check_batch(
-    batch: list[Op], results: list[Any], fulls: dict[int, int], ref: InMemoryStore
+    batch: list[Op],
+    results: list[Any],
+    full_results: list[Any],
+    fulls: dict[int, int],
+    ref: InMemoryStore,
 ) -> None:
     """Compare a batch's results, then apply it to the reference."""
     for i, op in enumerate(batch):
         expected = ref.batch([op])[0] if not isinstance(op, PutOp) else None
-        full = results[fulls[i]] if i in fulls else []
+        full = full_results[fulls[i]] if i in fulls else []
         compare(op, results[i], expected, ref, lambda _op, full=full: full)  # type: ignore[misc]
     for op in batch:
         if isinstance(op, PutOp):
@@ -345,16 +351,18 @@ def run_program(store: Any, program: list[list[Op]]) -> None:
     """Run ``program`` on ``store`` (sync ``batch``) and on InMemoryStore; compare."""
     reference = _reference()
     for batch in program:
-        extended, fulls = _extend(batch)
-        _check_batch(batch, store.batch(extended), fulls, reference)
+        full_ops, fulls = _fulls(batch)
+        full_results = store.batch(full_ops) if full_ops else []
+        _check_batch(batch, store.batch(batch), full_results, fulls, reference)
 
 
 async def arun_program(store: Any, program: list[list[Op]]) -> None:
     """Run ``program`` on ``store`` (``abatch``) and on InMemoryStore; compare."""
     reference = _reference()
     for batch in program:
-        extended, fulls = _extend(batch)
-        _check_batch(batch, await store.abatch(extended), fulls, reference)
+        full_ops, fulls = _fulls(batch)
+        full_results = await store.abatch(full_ops) if full_ops else []
+        _check_batch(batch, await store.abatch(batch), full_results, fulls, reference)
 
 
 # ---- TTL ------------------------------------------------------------------------------

@@ -260,6 +260,37 @@ def test_one_statement_per_read_or_write_phase(pg_url: str, schema: str) -> None
         assert store.get(("a", "1"), "k1") is None
 
 
+def test_a_search_without_filter_or_query_reads_only_its_page(pg_url: str, schema: str) -> None:
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options("encrypted")
+    ) as store:
+        for b in range(3):  # three times, ten items of one time each
+            store.batch([PutOp(("a", str(i % 3)), f"k{b}{i}", {"n": i}) for i in range(10)])
+        whole = [i.key for i in store.search(("a",), limit=100, refresh_ttl=False)]
+        rows: list[int] = []
+        connector = store._saver._conn
+        run_one = connector.run_one
+
+        def counting(q: Any) -> Any:
+            result = run_one(q)
+            rows.append(len(result))
+            return result
+
+        connector.run_one = counting
+        page = store.search(("a",), limit=3, offset=2, refresh_ttl=False)
+        assert rows == [5]  # offset + limit rows opened, not 30
+        assert [i.key for i in page] == whole[2:5]
+        rows.clear()
+        two = store.batch(
+            [SearchOp(("a",), limit=9, offset=8), SearchOp(("a",), limit=2, refresh_ttl=False)]
+        )
+        assert rows == [17]  # one read of the most either search needs
+        assert [[i.key for i in r] for r in two] == [whole[8:17], whole[:2]]
+        rows.clear()
+        store.search(("a",), filter={"n": {"$gte": 0}}, limit=3, refresh_ttl=False)
+        assert rows == [30]  # a filter needs every value opened
+
+
 def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
     tenant = uuid.uuid4().hex
     with PostgresStore.from_conn_string(pg_url, schema=schema, tenant=tenant) as store:
