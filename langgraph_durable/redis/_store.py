@@ -1,0 +1,314 @@
+"""The store's Redis operations (pure: no redis import, no I/O).
+
+Key layout (``P`` is the saver's prefix, ``T`` the tenant percent-encoded as in
+the saver's hash tags, so a crafted tenant cannot close the tag or reach another
+tenant's slot)::
+
+    P:store:{T}:k   zset   "<ns>\\0<key>", score 0: every item of the tenant
+    P:store:{T}:n   zset   "<ns>", score 0: every namespace that holds an item
+    P:store:{T}:c   hash   "<ns>" -> how many items it holds
+    P:store:{T}:x   zset   "<ns>\\0<key>" -> expires_at: the items with a TTL
+    P:store:{T}:i:<ns>\\0<key>   hash   one item: vt, v (value: type, bytes),
+                    wt, w (vectors: type, bytes; "" without), c, u (created,
+                    updated), t (TTL minutes, "" none), x (expires_at, "" none)
+
+``<ns>`` is the namespace's labels joined by ``.``: labels hold neither ``.`` nor
+NUL (``_core.store.check_labels``), so the text names one namespace and the first
+NUL of a member ends it. Every key of a tenant carries the one hash tag ``{T}``
+(the first ``{`` of the name is the tag's: the prefix may not hold one, ``T``
+holds no ``}``), so labels that hold braces cannot move an item to another slot,
+and a tenant's whole store is in one cluster slot: a batch is one script, atomic,
+whatever its ops. The price: a tenant's store must fit on one node (tenants spread
+over the cluster, one tenant does not).
+
+The namespaces under a prefix are one lexicographic range of ``k`` (and of
+``n``), so a search or a listing reads only that range, never the keyspace
+(no SCAN). Times are Unix seconds from the store's clock; an item with a TTL
+also gets a native expiry a grace period after its own (``NATIVE_GRACE_S``): a
+backstop that frees memory, while reads check the stored expiry.
+
+Values and vectors are sealed by the record pipeline (redaction, serialization,
+encryption bound to the tenant, the namespace, the key and the TTL). Every
+decision (filters, ordering, scores, offset/limit, which items a read refreshes)
+is the pure core's (``langgraph_durable._core.store``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any
+
+from .._core import store as core
+from .._core.records import RecordIdentity, RecordKind, Sealed
+from ..errors import CorruptRecordError, InvalidInputError
+from ._keys import KeyLayout, _ident, _tag_part
+from ._requests import Script
+from ._scripts import load_script
+
+__all__ = [
+    "StoreOps",
+    "StoreKeys",
+    "item_identity",
+    "vectors_identity",
+    "MAX_SEARCH_ITEMS",
+    "NATIVE_GRACE_S",
+    "DROP_CHUNK",
+]
+
+BATCH = load_script("store_batch")
+REFRESH = load_script("store_refresh")
+DROP = load_script("store_drop")
+SWEEP = load_script("store_sweep")
+#: The store's scripts (``setup()`` loads them).
+STORE_SCRIPTS = (BATCH, REFRESH, DROP, SWEEP)
+
+#: Items a search may read under its prefix by default (``max_search_items``).
+MAX_SEARCH_ITEMS = 10_000
+#: Seconds after an item's own expiry that Redis deletes its key (the backstop).
+NATIVE_GRACE_S = 3600.0
+#: Items per script call of ``delete_namespace`` and ``sweep_expired``.
+DROP_CHUNK = 1000
+
+_NO_VECTORS = Sealed("", b"")
+_FIELDS = 8
+
+
+def _ttl_text(ttl_minutes: float | None) -> str:
+    return "" if ttl_minutes is None else repr(float(ttl_minutes))
+
+
+def item_identity(tenant: str, ns: str, key: str, ttl_minutes: float | None) -> RecordIdentity:
+    """The identity an item's value is sealed under (its TTL bound as a clear field)."""
+    return RecordIdentity(
+        tenant, "", ns, RecordKind.STORE_ITEM, key=key, extra=_ttl_text(ttl_minutes)
+    )
+
+
+def vectors_identity(tenant: str, ns: str, key: str) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under."""
+    return RecordIdentity(tenant, "", ns, RecordKind.STORE_VECTORS, key=key)
+
+
+class StoreKeys:
+    """The key names of one tenant's store (see the module docstring)."""
+
+    def __init__(self, layout: KeyLayout, tenant: str) -> None:
+        tag = "{" + _tag_part(_ident(tenant, "tenant id")) + "}"
+        head = f"{layout.prefix}:store:{tag}:"
+        self.indexes = (head + "k", head + "n", head + "c", head + "x")
+        self.base = head + "i:"
+
+    def item(self, namespace: tuple[str, ...], key: str) -> str:
+        return self.base + member(namespace, key)
+
+
+def member(namespace: tuple[str, ...], key: str) -> str:
+    """An item's member in the tenant's indexes (and the end of its key's name)."""
+    return core.ns_text(namespace) + "\x00" + key
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def item_ranges(prefix: tuple[str, ...]) -> list[str]:
+    """ZRANGEBYLEX (min, max) pairs of ``k`` holding the items under ``prefix``."""
+    bounds = core.ns_prefix_bounds(prefix)
+    if bounds is None:
+        return ["-", "+"]
+    exact = core.ns_text(prefix)
+    return ["[" + exact + "\x00", "(" + exact + "\x01", "[" + bounds[0], "(" + bounds[1]]
+
+
+def namespace_ranges(prefix: tuple[str, ...]) -> list[str]:
+    """ZRANGEBYLEX (min, max) pairs of ``n`` holding the namespaces under ``prefix``."""
+    bounds = core.ns_prefix_bounds(prefix)
+    if bounds is None:
+        return ["-", "+"]
+    exact = core.ns_text(prefix)
+    return ["[" + exact, "[" + exact, "[" + bounds[0], "(" + bounds[1]]
+
+
+def _native_ms(expires_at: float, now: float) -> str:
+    """The native expiry (PEXPIRE ms) of an item expiring at ``expires_at``."""
+    return str(max(1, round((expires_at - now + NATIVE_GRACE_S) * 1000)))
+
+
+class StoreOps:
+    """The store's operations on one key prefix, as sans-IO generators.
+
+    Args:
+        prefix: The key prefix (the saver's).
+        max_search_items: Most items a search may read under its prefix; a search
+            over more raises ``InvalidInputError`` (nothing of its batch is written).
+    """
+
+    def __init__(self, prefix: str, max_search_items: int = MAX_SEARCH_ITEMS) -> None:
+        self.layout = KeyLayout(prefix)
+        self.max_search_items = max_search_items
+
+    def keys(self, tenant: str) -> StoreKeys:
+        return StoreKeys(self.layout, tenant)
+
+    def batch_script(
+        self,
+        tenant: str,
+        plan: core.BatchPlan,
+        now: float,
+        writes: Sequence[core.ItemWrite],
+        seal: Callable[[RecordIdentity, Any], Sealed],
+    ) -> Script:
+        """The one script call that reads what a batch needs, then applies its writes."""
+        keys = self.keys(tenant)
+        args: list[Any] = [keys.base, repr(float(now)), self.max_search_items]
+        args.append(len(plan.get_keys))
+        args.extend(member(ns, k) for ns, k in plan.get_keys)
+        args.append(len(plan.search_prefixes))
+        for prefix in plan.search_prefixes:
+            ranges = item_ranges(prefix)
+            args.append(len(ranges) // 2)
+            args.extend(ranges)
+        heads = [core.listing_prefix(plan.ops[i]) for i in plan.listings]  # type: ignore[arg-type]
+        listing: list[str] = []
+        for prefix in core.covering(heads) if plan.listings else []:
+            listing.extend(namespace_ranges(prefix))
+        args.append(len(listing) // 2)
+        args.extend(listing)
+        deletes = [w for w in writes if w.value is None]
+        puts = [w for w in writes if w.value is not None]
+        args.append(len(deletes))
+        args.extend(member(w.namespace, w.key) for w in deletes)
+        args.append(len(puts))
+        for w in puts:
+            ns = core.ns_text(w.namespace)
+            value = seal(item_identity(tenant, ns, w.key, w.ttl_minutes), w.value)
+            vectors = (
+                seal(vectors_identity(tenant, ns, w.key), w.vectors) if w.vectors else _NO_VECTORS
+            )
+            expiry = "" if w.expires_at is None else repr(float(w.expires_at))
+            native = "" if w.expires_at is None else _native_ms(w.expires_at, now)
+            args.extend(
+                (
+                    member(w.namespace, w.key),
+                    value.type,
+                    value.data,
+                    vectors.type,
+                    vectors.data,
+                    _ttl_text(w.ttl_minutes),
+                    expiry,
+                    native,
+                )
+            )
+        return Script(BATCH, keys.indexes, tuple(args))
+
+    def read_reply(
+        self,
+        tenant: str,
+        plan: core.BatchPlan,
+        reply: Sequence[Any],
+        open: Callable[[RecordIdentity, Sealed], Any],
+    ) -> tuple[dict[Any, core.StoredItem], list[core.StoredItem], list[Any]]:
+        """The items (opened) and namespaces a batch script read: (found by key, searched,
+        namespaces)."""
+        status = _text(reply[0])
+        if status == "too-many":
+            prefix = plan.search_prefixes[int(reply[1]) - 1]
+            raise InvalidInputError(
+                f"a search under namespace prefix {prefix!r} would read {int(reply[2])} items, "
+                f"more than max_search_items={self.max_search_items} (searches are exact, "
+                "in Python, after decryption): search a narrower prefix or raise the bound; "
+                "nothing of this batch was written"
+            )
+        cache: dict[str, core.StoredItem] = {}
+        found = {(s.namespace, s.key): s for s in _items(tenant, reply[1], open, cache)}
+        searched = _items(tenant, reply[2], open, cache)
+        names = [core.ns_from_text(_text(ns)) for ns in reply[3]]
+        return found, searched, names
+
+    def refresh_script(self, tenant: str, now: float, refreshes: Sequence[core.Refresh]) -> Script:
+        """The script call that extends the expiry of items a refreshing read returned."""
+        keys = self.keys(tenant)
+        args: list[Any] = [keys.base]
+        for r in refreshes:
+            args.extend(
+                (
+                    member(r.namespace, r.key),
+                    repr(float(r.expires_at)),
+                    _native_ms(r.expires_at, now),
+                )
+            )
+        return Script(REFRESH, keys.indexes, tuple(args))
+
+    def delete_namespace(self, tenant: str, prefix: tuple[str, ...]) -> Generator[Any, Any, int]:
+        """Delete every item of ``tenant`` under ``prefix``, a chunk per call; the count."""
+        keys = self.keys(tenant)
+        done = 0
+        while True:
+            n = int(
+                (yield Script(DROP, keys.indexes, (keys.base, DROP_CHUNK, *item_ranges(prefix))))
+            )
+            done += n
+            if n < DROP_CHUNK:
+                return done
+
+    def sweep(self, tenant: str, now: float) -> Generator[Any, Any, int]:
+        """Delete the items of ``tenant`` expired at ``now``, a chunk per call; the count."""
+        keys = self.keys(tenant)
+        done = 0
+        while True:
+            n = int((yield Script(SWEEP, keys.indexes, (keys.base, repr(float(now)), DROP_CHUNK))))
+            done += n
+            if n < DROP_CHUNK:
+                return done
+
+
+def _items(
+    tenant: str,
+    flat: Sequence[Any],
+    open: Callable[[RecordIdentity, Sealed], Any],
+    cache: dict[str, core.StoredItem],
+) -> list[core.StoredItem]:
+    out = []
+    for j in range(0, len(flat), _FIELDS + 1):
+        name = _text(flat[j])
+        stored = cache.get(name)
+        if stored is None:
+            stored = cache[name] = _stored(tenant, name, flat[j + 1 : j + 1 + _FIELDS], open)
+        out.append(stored)
+    return out
+
+
+def _float(value: Any) -> float | None:
+    text = _text(value)
+    return None if text == "" else float(text)
+
+
+def _stored(
+    tenant: str, name: str, fields: Sequence[Any], open: Callable[[RecordIdentity, Sealed], Any]
+) -> core.StoredItem:
+    ns, _, key = name.partition("\x00")
+    vtype, value, wtype, vectors, created, updated, ttl, expiry = fields
+    ttl_minutes = _float(ttl)
+    opened = open(item_identity(tenant, ns, key, ttl_minutes), Sealed(_text(vtype), bytes(value)))
+    if not isinstance(opened, dict):
+        raise CorruptRecordError(
+            f"store item {key!r} of namespace {ns!r} (tenant {tenant!r}) does not hold a dict"
+        )
+    vecs: Mapping[str, Any] = {}
+    if _text(wtype):
+        vecs = open(vectors_identity(tenant, ns, key), Sealed(_text(wtype), bytes(vectors)))
+    created_at, updated_at = _float(created), _float(updated)
+    if created_at is None or updated_at is None:
+        raise CorruptRecordError(
+            f"store item {key!r} of namespace {ns!r} (tenant {tenant!r}) has no times"
+        )
+    return core.StoredItem(
+        core.ns_from_text(ns),
+        key,
+        opened,
+        created_at,
+        updated_at,
+        _float(expiry),
+        ttl_minutes,
+        {str(p): list(v) for p, v in vecs.items()},
+    )

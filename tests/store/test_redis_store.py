@@ -1,0 +1,431 @@
+"""RedisStore and AsyncRedisStore: the differential harness (single server and cluster,
+encryption on and off), raw scans for canaries, tenant separation, one round trip per
+batch, deleting a namespace, the sweep.
+
+``LGD_PROPERTY_EXAMPLES`` sets the drawn programs per differential test (default 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import uuid
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, Phase, given, settings
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DecryptionError,
+    InvalidInputError,
+    InvalidNamespaceError,
+)
+from langgraph_durable.protect import Redaction
+from langgraph_durable.redis import AsyncRedisStore, RedisStore
+from langgraph_durable.redis._requests import Script
+from langgraph_durable.redis._store import StoreKeys
+from tests.encryption_helpers import canary_forms, local_encryption
+from tests.store.differential import (
+    COVERING_PROGRAM,
+    FakeClock,
+    acheck_ttl,
+    arun_program,
+    check_ttl,
+    embed,
+    index_config,
+    programs,
+    run_program,
+)
+
+EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "4"))
+PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    phases=PHASES,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+MODES = ["clear", "encrypted"]
+SERVERS = ["single", "cluster"]
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> str:
+    """The connection string of the single server or of the cluster (``redis+cluster://``)."""
+    name = "redis_url" if request.param == "single" else "redis_cluster_conn_string"
+    return str(request.getfixturevalue(name))
+
+
+def _options(mode: str, prefix: str, **extra: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"index": index_config(), "prefix": prefix}
+    if mode == "encrypted":
+        options["encryption"] = local_encryption()
+    options.update(extra)
+    return options
+
+
+def _raw(url: str) -> Any:
+    if "+cluster" in url:
+        return redis.cluster.RedisCluster.from_url(url.replace("+cluster", ""))
+    return redis.Redis.from_url(url)
+
+
+def _dump(url: str, prefix: str) -> tuple[list[bytes], bytes]:
+    """Every key name starting with ``prefix`` and every byte those keys hold."""
+    client = _raw(url)
+    try:
+        names = sorted(set(client.scan_iter(match=f"{prefix}:*", count=1000)))
+        out = bytearray()
+        for name in names:
+            kind = client.type(name)
+            if kind == b"hash":
+                for f, v in client.hgetall(name).items():
+                    out += f + b"\n" + v + b"\n"
+            elif kind == b"zset":
+                for m, s in client.zrange(name, 0, -1, withscores=True):
+                    out += m + b"\n" + repr(s).encode() + b"\n"
+            elif kind == b"string":
+                out += client.get(name) + b"\n"
+            elif kind == b"set":
+                out += b"\n".join(client.smembers(name)) + b"\n"
+        return names, bytes(out)
+    finally:
+        client.close()
+
+
+# ---- the differential harness ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_sync(server: str, redis_prefix: str, mode: str) -> None:
+    tenant = {"now": ""}
+    with RedisStore.from_conn_string(
+        server, tenant=lambda: tenant["now"], **_options(mode, redis_prefix)
+    ) as store:
+        store.setup()
+        tenant["now"] = uuid.uuid4().hex
+        run_program(store, COVERING_PROGRAM)
+
+        @PROPERTY
+        @given(programs())
+        def check(program: list) -> None:
+            tenant["now"] = uuid.uuid4().hex  # every example starts with no items
+            run_program(store, program)
+
+        check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_async(server: str, redis_prefix: str, mode: str) -> None:
+    async def run(program: list) -> None:
+        async with AsyncRedisStore.from_conn_string(
+            server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
+        ) as store:
+            await arun_program(store, program)
+
+    asyncio.run(run(COVERING_PROGRAM))
+
+    @PROPERTY
+    @given(programs(8))
+    def check(program: list) -> None:
+        asyncio.run(run(program))
+
+    check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ttl_with_an_injected_clock(redis_url: str, redis_prefix: str, mode: str) -> None:
+    @contextmanager
+    def make(**kw: Any) -> Iterator[RedisStore]:
+        with RedisStore.from_conn_string(
+            redis_url, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix, **kw)
+        ) as store:
+            yield store
+
+    @asynccontextmanager
+    async def amake(**kw: Any) -> Any:
+        async with AsyncRedisStore.from_conn_string(
+            redis_url, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix, **kw)
+        ) as store:
+            yield store
+
+    check_ttl(make)
+    asyncio.run(acheck_ttl(amake))
+
+
+def test_ttl_native_backstop_and_sweep(redis_url: str, redis_prefix: str) -> None:
+    clock = FakeClock()
+    tenant = uuid.uuid4().hex
+    with RedisStore.from_conn_string(
+        redis_url, tenant=tenant, prefix=redis_prefix, ttl={"default_ttl": 1.0}, clock=clock
+    ) as store:
+        store.put(("a",), "short", {"v": 1})
+        store.put(("a",), "long", {"v": 2}, ttl=10.0)
+        store.put(("a",), "never", {"v": 3}, ttl=None)
+        keys = StoreKeys(store._store_ops.layout, tenant)
+        raw = store.client
+        short_ms = raw.pttl(keys.item(("a",), "short"))
+        assert 60_000 < short_ms <= (60 + 3600) * 1000  # a grace period after its expiry
+        assert raw.pttl(keys.item(("a",), "never")) == -1
+        clock.advance(61)
+        assert store.get(("a",), "short") is None  # still stored, never returned
+        assert raw.exists(keys.item(("a",), "short")) == 1
+        store.get(("a",), "long")  # refreshed: its native expiry moves too
+        assert raw.pttl(keys.item(("a",), "long")) > (61 + 600) * 1000 - 5_000
+        assert store.sweep_expired() == 1
+        assert raw.exists(keys.item(("a",), "short")) == 0
+        assert sorted(i.key for i in store.search(("a",))) == ["long", "never"]
+        clock.advance(3600)
+        assert store.sweep_expired() == 1
+        assert store.list_namespaces() == [("a",)]
+        store.delete(("a",), "never")
+        assert store.list_namespaces() == []
+        assert raw.exists(*keys.indexes) == 0  # nothing left behind
+
+
+# ---- raw storage and tenants ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_canaries_in_values_and_embeddings_never_reach_storage(
+    server: str, redis_prefix: str, mode: str
+) -> None:
+    tag = uuid.uuid4().hex[:12]
+    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
+    with RedisStore.from_conn_string(
+        server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
+    ) as store:
+        store.put(
+            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
+        )
+        store.put(("users", "u1"), "memory", {"text": canaries[2]})
+        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
+        found = store.search(("users",), query=canaries[2])
+        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
+    names, dump = _dump(server, redis_prefix)
+    assert names  # the scan sees the store's keys
+    dump += b"\n".join(names)
+    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
+    vector = [x for x in embed([canaries[2]])[0] if x]
+    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
+    if mode == "encrypted":
+        assert hits == [] and vector_hits == []
+    else:
+        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_crafted_namespaces_never_reach_another_tenant(
+    server: str, redis_prefix: str, mode: str
+) -> None:
+    base = uuid.uuid4().hex[:8]
+    alice = base
+    # tenants that look like a namespace, close the hash tag, or encode one
+    mallories = [f"{base}.users", f"{base}}}:i:users", f"{base}%7D", f"{base}:store"]
+    opts = _options(mode, redis_prefix)
+    with RedisStore.from_conn_string(server, tenant=alice, **opts) as a:
+        a.put(("users", "u1"), "k", {"text": "apple", "secret": 1})
+        a.put(("users}", "{u1}"), "k", {"text": "apple", "secret": 2})
+        for mallory in mallories:
+            with RedisStore.from_conn_string(server, tenant=mallory, **opts) as m:
+                for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
+                    assert m.get(ns, "k") is None
+                    assert m.search(ns[:1]) == []
+                assert m.get(("users}", "{u1}"), "k") is None
+                assert m.search(()) == [] and m.search((), query="apple") == []
+                assert m.list_namespaces() == []
+                with pytest.raises(InvalidNamespaceError):  # ours, from batch
+                    m.batch([GetOp(("users.u1",), "k")])
+                with pytest.raises(InvalidNamespaceError):
+                    m.batch([PutOp(("users.u1",), "k", {"v": 1})])
+                assert m.delete_namespace(("users",)) == 0
+                m.put(("users", "u1"), "k", {"text": "mallory"})
+        assert a.get(("users", "u1"), "k").value["secret"] == 1  # type: ignore[union-attr]
+        assert a.list_namespaces() == [("users", "u1"), ("users}", "{u1}")]
+        layout = a._store_ops.layout
+        if "+cluster" in server:
+            client = a.client
+            for tenant in [alice, *mallories]:
+                keys = StoreKeys(layout, tenant)
+                names = [*keys.indexes, keys.item(("users}", "{u1}"), "k")]
+                assert len({client.keyslot(k) for k in names}) == 1  # one slot per tenant
+    if mode == "encrypted" and "+cluster" not in server:
+        # An item copied under another tenant's keys does not open there.
+        client = _raw(server)
+        src, dst = StoreKeys(layout, alice), StoreKeys(layout, mallories[0])
+        fields = client.hgetall(src.item(("users", "u1"), "k"))
+        client.hset(dst.item(("users", "u1"), "k"), mapping=fields)
+        client.close()
+        with RedisStore.from_conn_string(
+            server, tenant=mallories[0], prefix=redis_prefix, encryption=a._saver.encryption
+        ) as m2:
+            with pytest.raises(DecryptionError):
+                m2.get(("users", "u1"), "k")
+
+
+# ---- batches, round trips, deletes -----------------------------------------------------
+
+
+def _count(store: Any) -> list[Any]:
+    seen: list[Any] = []
+    driver = store._saver._conn
+    inner = driver.execute
+    if asyncio.iscoroutinefunction(inner):
+
+        async def aexecute(request: Any) -> Any:
+            seen.append(request)
+            return await inner(request)
+
+        driver.execute = aexecute
+    else:
+
+        def execute(request: Any) -> Any:
+            seen.append(request)
+            return inner(request)
+
+        driver.execute = execute
+    return seen
+
+
+def _puts(ttl: float | None = None) -> list[Any]:
+    return [
+        PutOp(("a", str(i)), f"k{j}", {"text": "apple", "n": j}, ttl=ttl)
+        for i in range(5)
+        for j in range(4)
+    ]
+
+
+_READS = [
+    GetOp(("a", "1"), "k1", refresh_ttl=False),
+    GetOp(("a", "2"), "k2", refresh_ttl=False),
+    SearchOp(("a",), filter={"n": {"$gt": 1}}, limit=3, refresh_ttl=False),
+    SearchOp(("a", "3"), query="apple", refresh_ttl=False),
+    ListNamespacesOp(max_depth=1),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_round_trip_per_batch(server: str, redis_prefix: str, mode: str) -> None:
+    with RedisStore.from_conn_string(
+        server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
+    ) as store:
+        store.put(("warm",), "up", {"v": 0})  # the tenant's data key (encryption) is made
+        sent = _count(store)
+        store.batch(_puts())
+        assert len(sent) == 1 and isinstance(sent[0], Script)
+        sent.clear()
+        got = store.batch(_READS)
+        assert len(sent) == 1
+        assert got[0].value["n"] == 1 and len(got[2]) == 3 and got[4] == [("a",), ("warm",)]
+        sent.clear()
+        got = store.batch([*_READS, PutOp(("a", "1"), "k1", None), PutOp(("b",), "x", {"n": 1})])
+        assert len(sent) == 1  # reads and writes in one script
+        assert got[0].value["n"] == 1  # the reads saw the store before the batch
+        assert store.get(("a", "1"), "k1") is None
+
+
+def test_a_refreshing_read_adds_one_call_and_async_counts_the_same(
+    redis_url: str, redis_prefix: str
+) -> None:
+    async def run() -> None:
+        async with AsyncRedisStore.from_conn_string(
+            redis_url,
+            tenant=uuid.uuid4().hex,
+            **_options("encrypted", redis_prefix, ttl={"default_ttl": 5.0}),
+        ) as store:
+            await store.aput(("warm",), "up", {"v": 0})
+            sent = _count(store)
+            await store.abatch(_puts(ttl=5.0))
+            assert len(sent) == 1
+            sent.clear()
+            await store.abatch(_READS)
+            assert len(sent) == 1  # refresh_ttl=False: no second call
+            sent.clear()
+            got = await store.abatch([SearchOp(("a",), limit=2), GetOp(("a", "1"), "k1")])
+            assert len(got[0]) == 2 and got[1] is not None
+            assert len(sent) == 2  # the script, then one call extending what it returned
+
+    asyncio.run(run())
+
+
+def test_delete_namespace_sync_and_async(redis_url: str, redis_prefix: str) -> None:
+    tenant = uuid.uuid4().hex
+    with RedisStore.from_conn_string(redis_url, prefix=redis_prefix, tenant=tenant) as store:
+        for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("a-b",), ("b", "a")]:
+            store.put(ns, "k", {"v": 1})
+        store.put(("a", "b"), "k2", {"v": 1})
+        assert store.delete_namespace(("a", "b")) == 3
+        assert sorted(store.list_namespaces()) == [("a",), ("a-b",), ("ab",), ("b", "a")]
+        with pytest.raises(InvalidNamespaceError):
+            store.delete_namespace(())
+
+    async def run() -> None:
+        async with AsyncRedisStore.from_conn_string(
+            redis_url, prefix=redis_prefix, tenant=tenant
+        ) as astore:
+            assert await astore.adelete_namespace(("a",)) == 1
+            assert sorted(await astore.alist_namespaces()) == [("a-b",), ("ab",), ("b", "a")]
+
+    asyncio.run(run())
+
+
+def test_delete_namespace_in_chunks(redis_url: str, redis_prefix: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr("langgraph_durable.redis._store.DROP_CHUNK", 3)
+    with RedisStore.from_conn_string(redis_url, prefix=redis_prefix, tenant="t") as store:
+        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}) for i in range(7)])
+        store.put(("b",), "k", {"v": 1})
+        sent = _count(store)
+        assert store.delete_namespace(("a",)) == 7
+        assert len(sent) == 3
+        assert store.list_namespaces() == [("b",)]
+
+
+def test_a_search_over_too_many_items_is_refused(redis_url: str, redis_prefix: str) -> None:
+    with RedisStore.from_conn_string(
+        redis_url, prefix=redis_prefix, tenant="t", max_search_items=5
+    ) as store:
+        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}) for i in range(6)])
+        assert len(store.search(("a", "0"))) == 3
+        with pytest.raises(InvalidInputError, match="max_search_items=5"):
+            store.batch([SearchOp(("a",)), PutOp(("b",), "k", {"v": 1})])
+        assert store.get(("b",), "k") is None  # nothing of the refused batch was written
+    with pytest.raises(ConfigurationError):
+        RedisStore(redis_url, max_search_items=0)
+
+
+def test_redaction_applies_to_stored_values(redis_url: str, redis_prefix: str) -> None:
+    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
+    with RedisStore.from_conn_string(
+        redis_url, prefix=redis_prefix, tenant="t", redaction=Redaction()
+    ) as store:
+        store.put(("users",), "u1", {"note": f"write to {mail} please"})
+        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
+        assert mail not in value["note"] and value["note"].startswith("write to ")
+    _, dump = _dump(redis_url, redis_prefix)
+    assert b"write to " in dump and not any(form in dump for form in canary_forms(mail))
+
+
+def test_sync_methods_of_the_async_store_from_another_thread(
+    redis_url: str, redis_prefix: str
+) -> None:
+    async def run() -> None:
+        async with AsyncRedisStore.from_conn_string(
+            redis_url, prefix=redis_prefix, tenant=uuid.uuid4().hex
+        ) as store:
+            await store.setup()
+            await asyncio.to_thread(store.put, ("a",), "k", {"v": 1})
+            item = await asyncio.to_thread(store.get, ("a",), "k")
+            assert item is not None and item.value == {"v": 1}
+            assert await asyncio.to_thread(store.delete_namespace, ("a",)) == 1
+            with pytest.raises(ConfigurationError):
+                store.get(("a",), "k")  # on the loop's own thread: refused, not a deadlock
+
+    asyncio.run(run())
