@@ -478,11 +478,16 @@ def search(
 
 @dataclass(frozen=True, slots=True)
 class Refresh:
-    """A new expiry for an item a refreshing read returned."""
+    """A new expiry for an item a refreshing read returned.
+
+    ``updated_at`` is the write the read saw: a backend refreshes the item only while
+    it is still that write (a put in between set its own expiry).
+    """
 
     namespace: tuple[str, ...]
     key: str
     expires_at: float
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,7 +560,7 @@ def answer(
     for place, stored in returned.items():
         expiry = refreshed(stored, now)
         if expiry is not None and place not in plan.puts:
-            refreshes.append(Refresh(place[0], place[1], expiry))
+            refreshes.append(Refresh(place[0], place[1], expiry, stored.updated_at))
     return results, refreshes
 
 

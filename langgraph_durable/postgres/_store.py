@@ -221,6 +221,7 @@ class StoreOps:
         params["rp"] = [core.ns_text(r.namespace) for r in refreshes]
         params["rk"] = [r.key for r in refreshes]
         params["re"] = [r.expires_at for r in refreshes]
+        params["ru"] = [r.updated_at for r in refreshes]
         sql = f"""WITH del AS (
     DELETE FROM {s}.store_items i USING unnest(%(dp)s::text[], %(dk)s::text[]) AS d(p, k)
     WHERE i.tenant_id = %(tenant)s AND i.prefix = d.p AND i.key = d.k RETURNING 1
@@ -241,9 +242,10 @@ class StoreOps:
     RETURNING 1
 ), ref AS (
     UPDATE {s}.store_items i SET expires_at = r.e
-    FROM unnest(%(rp)s::text[], %(rk)s::text[], %(re)s::float8[]) AS r(p, k, e)
+    FROM unnest(%(rp)s::text[], %(rk)s::text[], %(re)s::float8[], %(ru)s::float8[])
+        AS r(p, k, e, u)
     WHERE i.tenant_id = %(tenant)s AND i.prefix = r.p AND i.key = r.k
-        AND i.ttl_minutes IS NOT NULL
+        AND i.updated_at = r.u AND i.ttl_minutes IS NOT NULL
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"""

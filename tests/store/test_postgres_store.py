@@ -22,12 +22,14 @@ from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
 from psycopg import sql
 
+from langgraph_durable._core import store as core
 from langgraph_durable.errors import ConfigurationError, DecryptionError, InvalidNamespaceError
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
 from langgraph_durable.protect import Redaction
 from tests.encryption_helpers import canary_forms, local_encryption
 from tests.store.differential import (
     COVERING_PROGRAM,
+    FakeClock,
     acheck_ttl,
     arun_program,
     check_ttl,
@@ -393,3 +395,26 @@ def test_sync_methods_of_the_async_store_from_another_thread(pg_url: str, schema
     with PostgresStore.from_conn_string(pg_url, schema=schema, tenant=uuid.uuid4().hex) as sync:
         asyncio.run(sync.aput(("a",), "k", {"v": 2}))
         assert asyncio.run(sync.aget(("a",), "k")).value == {"v": 2}  # type: ignore[union-attr]
+
+
+def test_a_refresh_never_overrides_a_put_that_came_between(pg_url: str, schema: str) -> None:
+    clock = FakeClock()
+    ns = ("ttl",)
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=uuid.uuid4().hex, clock=clock
+    ) as store:
+        store.put(ns, "k", {"v": 1}, ttl=1.0)  # expires at +60 s
+        clock.advance(10)
+        # A refreshing get, driven by hand: its read, then a put from elsewhere, then its write.
+        steps = store._batch_op(core.plan_batch([GetOp(ns, "k")]), [], [], [], []).steps
+        connector = store._saver._conn
+        rows = connector.run_one(next(steps))
+        store.put(ns, "k", {"v": 2}, ttl=5.0)  # its own expiry: +10 s + 300 s
+        refresh = steps.send(rows)
+        assert "UPDATE" in refresh.sql and refresh.params["re"] == [clock.now + 60]
+        connector.run_one(refresh)
+        with pytest.raises(StopIteration) as done:
+            next(steps)
+        assert done.value.value[0].value == {"v": 1}  # what the get read
+        expiry = _rows(pg_url, schema, store.tenant)[0][-1]
+        assert expiry == clock.now + 300
