@@ -26,7 +26,7 @@ from langgraph_durable.errors import (
     InvalidInputError,
     InvalidNamespaceError,
 )
-from langgraph_durable.protect import Redaction
+from langgraph_durable.protect import Encryption, LocalKeyring, Redaction
 from langgraph_durable.redis import AsyncRedisStore, RedisStore
 from langgraph_durable.redis._requests import Script
 from langgraph_durable.redis._store import StoreKeys
@@ -175,13 +175,24 @@ def test_ttl_native_backstop_and_sweep(redis_url: str, redis_prefix: str) -> Non
         short_ms = raw.pttl(keys.item(("a",), "short"))
         assert 60_000 < short_ms <= (60 + 3600) * 1000  # a grace period after its expiry
         assert raw.pttl(keys.item(("a",), "never")) == -1
-        clock.advance(61)
+        first = store.get(("a",), "never")
+        clock.advance(1)
+        store.put(("a",), "never", {"v": 3}, ttl=None)
+        again = store.get(("a",), "never")
+        assert again.created_at == first.created_at and again.updated_at > first.updated_at  # type: ignore[union-attr]
+        store.put(("b",), "again", {"v": 4}, ttl=0.5)
+        clock.advance(60)
         assert store.get(("a",), "short") is None  # still stored, never returned
         assert raw.exists(keys.item(("a",), "short")) == 1
+        store.put(("b",), "again", {"v": 4}, ttl=None)  # put after it expired: a new item
+        renewed = store.get(("b",), "again")
+        assert renewed.created_at == renewed.updated_at > first.created_at  # type: ignore[union-attr]
+        store.delete(("b",), "again")
         store.get(("a",), "long")  # refreshed: its native expiry moves too
         assert raw.pttl(keys.item(("a",), "long")) > (61 + 600) * 1000 - 5_000
         assert store.sweep_expired() == 1
         assert raw.exists(keys.item(("a",), "short")) == 0
+
         assert sorted(i.key for i in store.search(("a",))) == ["long", "never"]
         clock.advance(3600)
         assert store.sweep_expired() == 1
@@ -229,11 +240,13 @@ def test_crafted_namespaces_never_reach_another_tenant(
     base = uuid.uuid4().hex[:8]
     alice = base
     # tenants that look like a namespace, close the hash tag, or encode one
-    mallories = [f"{base}.users", f"{base}}}:i:users", f"{base}%7D", f"{base}:store"]
+    # ({base}}:i:x} unencoded would name alice's item of namespace ("x}:i:users", "u1"))
+    mallories = [f"{base}.users", f"{base}}}:i:x", f"{base}%7D", f"{base}:store"]
     opts = _options(mode, redis_prefix)
     with RedisStore.from_conn_string(server, tenant=alice, **opts) as a:
         a.put(("users", "u1"), "k", {"text": "apple", "secret": 1})
         a.put(("users}", "{u1}"), "k", {"text": "apple", "secret": 2})
+        a.put(("x}:i:users", "u1"), "k", {"text": "apple", "secret": 3})
         for mallory in mallories:
             with RedisStore.from_conn_string(server, tenant=mallory, **opts) as m:
                 for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
@@ -249,7 +262,7 @@ def test_crafted_namespaces_never_reach_another_tenant(
                 assert m.delete_namespace(("users",)) == 0
                 m.put(("users", "u1"), "k", {"text": "mallory"})
         assert a.get(("users", "u1"), "k").value["secret"] == 1  # type: ignore[union-attr]
-        assert a.list_namespaces() == [("users", "u1"), ("users}", "{u1}")]
+        assert a.list_namespaces() == [("users", "u1"), ("users}", "{u1}"), ("x}:i:users", "u1")]
         layout = a._store_ops.layout
         if "+cluster" in server:
             client = a.client
@@ -429,3 +442,35 @@ def test_sync_methods_of_the_async_store_from_another_thread(
                 store.get(("a",), "k")  # on the loop's own thread: refused, not a deadlock
 
     asyncio.run(run())
+
+
+def test_a_batch_meeting_newer_key_versions_is_sent_once(redis_url: str, redis_prefix: str) -> None:
+    """A reader with fresh cached keys opens items of versions made elsewhere: its keys
+    are loaded and the reply opened again; the batch's script is not sent again (its
+    reads would see its own writes)."""
+    kr = LocalKeyring({"k": os.urandom(32)}, "k")
+    opts = {"prefix": redis_prefix, "tenant": "t"}
+    with (
+        RedisStore.from_conn_string(
+            redis_url, encryption=Encryption(kr, max_key_uses=2), **opts
+        ) as writer,
+        RedisStore.from_conn_string(redis_url, encryption=Encryption(kr), **opts) as reader,
+    ):
+        writer.put(("a",), "k0", {"v": 0})
+        assert reader.get(("a",), "k0") is not None  # the reader caches version 1
+        for i in range(1, 6):
+            writer.put(("a",), f"k{i}", {"v": i})
+        sent = _count(reader)
+        got = reader.batch(
+            [
+                GetOp(("a",), "k5"),
+                SearchOp(("a",), limit=100),
+                PutOp(("a",), "k5", {"v": 50}),
+                PutOp(("a",), "new", {"v": 99}),
+            ]
+        )
+        assert got[0].value == {"v": 5}  # the store before the batch
+        assert sorted(i.value["v"] for i in got[1]) == [0, 1, 2, 3, 4, 5]
+        scripts = [r for r in sent if isinstance(r, Script) and r.script.name == "store_batch"]
+        assert len(scripts) == 1 and len(sent) > 1  # the key loading came in between
+        assert reader.get(("a",), "k5").value == {"v": 50}  # type: ignore[union-attr]
