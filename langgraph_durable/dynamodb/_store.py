@@ -1,0 +1,361 @@
+"""The DynamoDB store's operations (pure: no boto3 import, no I/O).
+
+Keys and item shapes are in ``_store_keys``; every call goes through the saver's
+operations (``_calls.OpsBase``: retries of throttled calls, unprocessed batch
+keys, transaction conflicts). A batch makes the fewest calls the API allows:
+
+* reads: one BatchGetItem per 100 gets; for searches and listings one Query of
+  the tenant's namespace index per covering prefix, then one Query of each live
+  namespace's partition a search covers (all pages, consistent reads);
+* writes: the items a batch puts, deletes and refreshes, with their index
+  entries, in TransactWriteItems of up to 100 actions (an item and its entry
+  change together); a TTL refresh whose item changed meanwhile is dropped.
+
+Everything between the reads and the writes (filters, ordering, scoring,
+limits, TTL) is decided by the pure core (``langgraph_durable._core.store``)
+after the values are opened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import store as core
+from .._core.records import RecordIdentity, Sealed
+from ..errors import InvalidInputError
+from ._calls import ConditionFailedError, OpsBase, TransactionCanceledError, new_token
+from ._items import TRANSACTION_ITEMS, N, S
+from ._store_keys import (
+    entry_name,
+    entry_value,
+    index_pk,
+    index_prefix,
+    index_sk,
+    item_pk,
+    item_sk,
+    item_update,
+    key_of_entry,
+    key_of_sk,
+    live_namespaces,
+    namespace_of_index_sk,
+    shard_of,
+    stored_item,
+)
+
+__all__ = ["StoreOps", "Read", "DEFAULT_MAX_SEARCH_ITEMS"]
+
+#: Items one search may read (every item under its prefix is scored in Python).
+DEFAULT_MAX_SEARCH_ITEMS = 10_000
+#: Bytes of one transaction's actions we allow (DynamoDB's limit is 4 MB).
+_TRANSACTION_BUDGET = 3_800_000
+
+Open = Callable[[RecordIdentity, Sealed], Any]
+Seal = Callable[[RecordIdentity, Any], Sealed]
+Place = tuple[tuple[str, ...], str]
+
+
+@dataclass
+class Read:
+    """What a batch's reads found.
+
+    Attributes:
+        found: The items the gets read, by (namespace, key).
+        searched: The items under the searches' prefixes.
+        namespaces: The namespaces holding live items (under the listings' prefixes).
+        stamps: Each item's ``ua`` as stored (a refresh applies while it is unchanged).
+    """
+
+    found: dict[Place, core.StoredItem] = field(default_factory=dict)
+    searched: list[core.StoredItem] = field(default_factory=list)
+    namespaces: list[tuple[str, ...]] = field(default_factory=list)
+    stamps: dict[Place, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One item's change: its action and its index entry (None: removed)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    action: dict[str, Any]
+    entry: dict[str, Any] | None
+    size: int
+    refresh: bool = False
+
+    @property
+    def group(self) -> tuple[tuple[str, ...], int]:
+        return (self.namespace, shard_of(self.key))
+
+
+class StoreOps:
+    """The store's reads and writes on the saver's table.
+
+    Args:
+        calls: The saver's operations (table, retries).
+        max_search_items: Items one batch's searches may read at most.
+    """
+
+    def __init__(self, calls: OpsBase, max_search_items: int = DEFAULT_MAX_SEARCH_ITEMS) -> None:
+        self.calls = calls
+        self.max_search_items = max_search_items
+
+    @property
+    def table(self) -> str:
+        return self.calls.table
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def _index(
+        self, tenant: str, prefixes: Iterable[tuple[str, ...]]
+    ) -> Generator[Any, Any, list[dict[str, Any]]]:
+        """The index items of every namespace under ``prefixes`` (one Query per covering one)."""
+        items: list[dict[str, Any]] = []
+        for prefix in core.covering(list(prefixes)):
+            items += yield from self.calls._query_all(index_pk(tenant), index_prefix(prefix))
+        return items
+
+    def read(
+        self, tenant: str, plan: core.BatchPlan, now: float, open: Open
+    ) -> Generator[Any, Any, Read]:
+        """Read what a batch's gets, searches and listings need, values opened."""
+        out = Read()
+        if plan.get_keys:
+            keys = {(item_pk(tenant, ns), item_sk(k)): (ns, k) for ns, k in plan.get_keys}
+            got = yield from self.calls._batch_get(list(keys))
+            for where, place in keys.items():
+                item = got.get(where)
+                if item is not None:
+                    out.found[place] = stored_item(tenant, place[0], item, open)
+                    out.stamps[place] = item["ua"]["N"]
+        heads = list(plan.search_prefixes)
+        heads += [core.listing_prefix(plan.ops[i]) for i in plan.listings]  # type: ignore[arg-type]
+        if not heads:
+            return out
+        live = live_namespaces((yield from self._index(tenant, heads)), now)
+        out.namespaces = live
+        read = 0
+        for ns in live:
+            if not any(core.under(ns, p) for p in plan.search_prefixes):
+                continue
+            items = yield from self.calls._query_all(item_pk(tenant, ns))
+            read += len(items)
+            if read > self.max_search_items:
+                raise InvalidInputError(
+                    f"a search under {plan.search_prefixes!r} reads more than "
+                    f"max_search_items={self.max_search_items} items (DynamoDB search is exact, "
+                    "over every item under the prefix): search a narrower namespace prefix, "
+                    "or raise the store's max_search_items"
+                )
+            for item in items:
+                stored = stored_item(tenant, ns, item, open)
+                out.searched.append(stored)
+                out.stamps[(ns, stored.key)] = item["ua"]["N"]
+        return out
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def _key(self, tenant: str, namespace: tuple[str, ...], key: str) -> dict[str, Any]:
+        return {"pk": S(item_pk(tenant, namespace)), "sk": S(item_sk(key))}
+
+    def _units(
+        self,
+        tenant: str,
+        now: float,
+        writes: Sequence[core.ItemWrite],
+        refreshes: Sequence[core.Refresh],
+        stamps: dict[Place, str],
+        seal: Seal,
+    ) -> list[_Unit]:
+        units: list[_Unit] = []
+        table = self.table
+        for w in writes:
+            key = self._key(tenant, w.namespace, w.key)
+            if w.value is None:
+                action = {"Delete": {"TableName": table, "Key": key}}
+                units.append(_Unit(w.namespace, w.key, action, None, 300))
+                continue
+            update = item_update(tenant, w, now, seal)
+            size = sum(len(v.get("B", b"")) for v in update["ExpressionAttributeValues"].values())
+            action = {"Update": {"TableName": table, "Key": key, **update}}
+            units.append(_Unit(w.namespace, w.key, action, entry_value(w.expires_at), size + 600))
+        for r in refreshes:
+            stamp = stamps.get((r.namespace, r.key))
+            if stamp is None:
+                continue
+            action = {
+                "Update": {
+                    "TableName": table,
+                    "Key": self._key(tenant, r.namespace, r.key),
+                    "UpdateExpression": "SET #xp = :xp, #ea = :ea",
+                    "ConditionExpression": "#ua = :ua AND attribute_exists(#tm)",
+                    "ExpressionAttributeNames": {
+                        "#xp": "xp",
+                        "#ea": "expires_at",
+                        "#ua": "ua",
+                        "#tm": "tm",
+                    },
+                    "ExpressionAttributeValues": {
+                        ":xp": N(r.expires_at),
+                        ":ea": N(math.ceil(r.expires_at)),
+                        ":ua": {"N": stamp},
+                    },
+                }
+            }
+            units.append(
+                _Unit(r.namespace, r.key, action, entry_value(r.expires_at), 400, refresh=True)
+            )
+        return units
+
+    def _index_action(
+        self, tenant: str, group: tuple[tuple[str, ...], int], units: Sequence[_Unit]
+    ) -> dict[str, Any]:
+        """One index item's update: its entries set or removed, its version raised."""
+        names = {"#ver": "ver"}
+        values: dict[str, Any] = {":one": N(1)}
+        sets, removes = [], []
+        for i, unit in enumerate(units):
+            names[f"#e{i}"] = entry_name(unit.key)
+            if unit.entry is None:
+                removes.append(f"#e{i}")
+            else:
+                values[f":e{i}"] = unit.entry
+                sets.append(f"#e{i} = :e{i}")
+        expr = ""
+        if sets:
+            expr += "SET " + ", ".join(sets) + " "
+        if removes:
+            expr += "REMOVE " + ", ".join(removes) + " "
+        expr += "ADD #ver :one"
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"pk": S(index_pk(tenant)), "sk": S(index_sk(*group))},
+                "UpdateExpression": expr,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
+
+    def _transactions(self, tenant: str, units: Sequence[_Unit]) -> list[list[_Unit]]:
+        """Units packed in transactions: at most 100 actions (items plus one index item per
+        group) and ~4 MB each, a group's units together where they fit."""
+        ordered = sorted(units, key=lambda u: (u.namespace, shard_of(u.key), u.key))
+        out: list[list[_Unit]] = []
+        current: list[_Unit] = []
+        groups: set[tuple[tuple[str, ...], int]] = set()
+        size = 0
+        for unit in ordered:
+            extra = 1 + (unit.group not in groups)
+            if current and (
+                len(current) + len(groups) + extra > TRANSACTION_ITEMS
+                or size + unit.size > _TRANSACTION_BUDGET
+            ):
+                out.append(current)
+                current, groups, size = [], set(), 0
+                extra = 2
+            current.append(unit)
+            groups.add(unit.group)
+            size += unit.size
+        if current:
+            out.append(current)
+        return out
+
+    def _transact(self, tenant: str, units: list[_Unit]) -> Generator[Any, Any, None]:
+        """Apply one transaction's units; refreshes whose item changed meanwhile are dropped."""
+        while units:
+            actions: list[dict[str, Any]] = []
+            owners: list[_Unit | None] = []
+            by_group: dict[tuple[tuple[str, ...], int], list[_Unit]] = {}
+            for unit in units:
+                actions.append(unit.action)
+                owners.append(unit)
+                by_group.setdefault(unit.group, []).append(unit)
+            for group, members in by_group.items():
+                actions.append(self._index_action(tenant, group, members))
+                owners.append(None)
+            params = {"TransactItems": actions, "ClientRequestToken": new_token()}
+            try:
+                yield from self.calls._call("transact_write_items", params)
+                return None
+            except TransactionCanceledError as exc:
+                failed = {
+                    id(owners[i])
+                    for i, reason in enumerate(exc.reasons)
+                    if reason == "ConditionalCheckFailed" and i < len(owners)
+                }
+                gone = [u for u in units if id(u) in failed]
+                if not gone or not all(u.refresh for u in gone):
+                    raise
+                units = [u for u in units if id(u) not in failed]
+        return None
+
+    def write(
+        self,
+        tenant: str,
+        now: float,
+        writes: Sequence[core.ItemWrite],
+        refreshes: Sequence[core.Refresh],
+        stamps: dict[Place, str],
+        seal: Seal,
+    ) -> Generator[Any, Any, int]:
+        """Apply a batch's puts, deletes and TTL refreshes; the number of transactions."""
+        units = self._units(tenant, now, writes, refreshes, stamps, seal)
+        transactions = self._transactions(tenant, units)
+        for chunk in transactions:
+            yield from self._transact(tenant, chunk)
+        return len(transactions)
+
+    # ---- deleting a namespace --------------------------------------------------------
+
+    def delete_namespace(self, tenant: str, prefix: tuple[str, ...]) -> Generator[Any, Any, int]:
+        """Delete every item of ``tenant`` under ``prefix``, their index entries and the
+        index items left empty; the number of items deleted."""
+        index = yield from self._index(tenant, [prefix])
+        namespaces = sorted({namespace_of_index_sk(i["sk"]["S"]) for i in index})
+        writes: list[core.ItemWrite] = []
+        for ns in namespaces:
+            items = yield from self.calls._query_all(item_pk(tenant, ns), projection=("sk",))
+            writes += [core.ItemWrite(ns, key_of_sk(i["sk"]["S"]), None) for i in items]
+        deleted = len(writes)
+        # entries whose items are gone already (expired and deleted by TTL) go too
+        listed = {(w.namespace, w.key) for w in writes}
+        for item in index:
+            ns = namespace_of_index_sk(item["sk"]["S"])
+            for name in item:
+                key = key_of_entry(name)
+                if key is not None and (ns, key) not in listed:
+                    listed.add((ns, key))
+                    writes.append(core.ItemWrite(ns, key, None))
+        yield from self.write(tenant, 0.0, writes, [], {}, _no_seal)
+        yield from self._drop_empty_index_items(tenant, prefix)
+        return deleted
+
+    def _drop_empty_index_items(
+        self, tenant: str, prefix: tuple[str, ...]
+    ) -> Generator[Any, Any, None]:
+        """Delete index items with no entry left, unless one was written since (``ver``)."""
+        index = yield from self._index(tenant, [prefix])
+        for item in index:
+            if any(key_of_entry(name) is not None for name in item) or "ver" not in item:
+                continue
+            try:
+                yield from self.calls._call(
+                    "delete_item",
+                    {
+                        "TableName": self.table,
+                        "Key": {"pk": item["pk"], "sk": item["sk"]},
+                        "ConditionExpression": "#ver = :ver",
+                        "ExpressionAttributeNames": {"#ver": "ver"},
+                        "ExpressionAttributeValues": {":ver": item["ver"]},
+                    },
+                )
+            except ConditionFailedError:
+                pass  # written meanwhile: it stays
+        return None
+
+
+def _no_seal(_identity: RecordIdentity, _value: Any) -> Sealed:  # pragma: no cover - unused
+    raise AssertionError("a delete seals nothing")

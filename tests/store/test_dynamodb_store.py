@@ -1,0 +1,308 @@
+"""DynamoDBStore and AsyncDynamoDBStore: the differential harness, encryption on and off,
+raw scans for canaries, tenant separation, calls per batch (no Scan), deleting a namespace.
+
+Against the test rig's moto server through boto3 (nothing patched: calls are counted
+with botocore's ``after-call`` hook). ``LGD_PROPERTY_EXAMPLES`` sets the drawn
+programs per differential test (default 2 here: moto is slow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import uuid
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+
+from langgraph_durable.dynamodb import AsyncDynamoDBStore, DynamoDBStore
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DecryptionError,
+    InvalidInputError,
+    InvalidNamespaceError,
+    SchemaError,
+)
+from langgraph_durable.protect import Redaction
+from tests.dynamodb.helpers import CallCounter, make_client, raw_items, table_dump
+from tests.encryption_helpers import canary_forms, local_encryption
+from tests.servers import delete_dynamodb_table, new_dynamodb_table_name
+from tests.store.differential import (
+    COVERING_PROGRAM,
+    acheck_ttl,
+    arun_program,
+    check_ttl,
+    embed,
+    index_config,
+    programs,
+    run_program,
+)
+
+EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "2"))
+PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    phases=PHASES,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+MODES = ["clear", "encrypted"]
+
+
+@pytest.fixture(scope="module")
+def table(dynamodb_endpoint: str) -> Iterator[str]:
+    """One table for the module's stores (each test and example has its own tenant)."""
+    name = new_dynamodb_table_name()
+    with DynamoDBStore(make_client(dynamodb_endpoint), table=name, ttl={"default_ttl": 5}) as s:
+        assert s.setup() == ["created table", "enabled TTL"]
+        assert s.setup() == []
+    yield name
+    delete_dynamodb_table(dynamodb_endpoint, name)
+
+
+@pytest.fixture(scope="module")
+def client(dynamodb_endpoint: str) -> Any:
+    return make_client(dynamodb_endpoint)
+
+
+def _options(mode: str, **extra: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"index": index_config()}
+    if mode == "encrypted":
+        options["encryption"] = local_encryption()
+    options.update(extra)
+    return options
+
+
+def _url(endpoint: str, table: str) -> str:
+    return f"dynamodb://{table}?region=us-east-1&endpoint={endpoint}"
+
+
+# ---- the differential harness ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_sync(client: Any, table: str, mode: str) -> None:
+    tenant = {"now": uuid.uuid4().hex}
+    with DynamoDBStore(
+        client, table=table, tenant=lambda: tenant["now"], **_options(mode)
+    ) as store:
+        run_program(store, COVERING_PROGRAM)
+
+        @PROPERTY
+        @given(programs(8))
+        def check(program: list) -> None:
+            tenant["now"] = uuid.uuid4().hex  # every example starts with no items
+            run_program(store, program)
+
+        check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_differential_async(client: Any, dynamodb_endpoint: str, table: str, mode: str) -> None:
+    async def run(program: list) -> None:
+        async with AsyncDynamoDBStore(
+            client, table=table, tenant=uuid.uuid4().hex, **_options(mode)
+        ) as store:
+            await arun_program(store, program)
+
+    async def run_from_url(program: list) -> None:
+        async with AsyncDynamoDBStore.from_conn_string(
+            _url(dynamodb_endpoint, table), tenant=uuid.uuid4().hex, **_options(mode)
+        ) as store:
+            await arun_program(store, program)
+
+    asyncio.run(run_from_url(COVERING_PROGRAM))
+
+    @PROPERTY
+    @given(programs(6))
+    def check(program: list) -> None:
+        asyncio.run(run(program))
+
+    check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ttl_with_an_injected_clock(
+    client: Any, dynamodb_endpoint: str, table: str, mode: str
+) -> None:
+    @contextmanager
+    def make(**kw: Any) -> Iterator[DynamoDBStore]:
+        with DynamoDBStore(
+            client, table=table, tenant=uuid.uuid4().hex, **_options(mode, **kw)
+        ) as store:
+            yield store
+
+    @asynccontextmanager
+    async def amake(**kw: Any) -> Any:
+        async with AsyncDynamoDBStore.from_conn_string(
+            _url(dynamodb_endpoint, table), tenant=uuid.uuid4().hex, **_options(mode, **kw)
+        ) as store:
+            yield store
+
+    check_ttl(make)
+    asyncio.run(acheck_ttl(amake))
+
+
+# ---- raw storage and tenants ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_canaries_in_values_and_embeddings_never_reach_storage(
+    client: Any, table: str, mode: str
+) -> None:
+    tag = uuid.uuid4().hex[:12]
+    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
+    with DynamoDBStore(client, table=table, tenant=uuid.uuid4().hex, **_options(mode)) as store:
+        store.put(
+            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
+        )
+        store.put(("users", "u1"), "memory", {"text": canaries[2]})
+        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
+        found = store.search(("users",), query=canaries[2])
+        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
+    dump = table_dump(client, table)
+    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
+    # The embedding of the canary text, as msgpack stores each float (big-endian double).
+    vector = [x for x in embed([canaries[2]])[0] if x]
+    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
+    if mode == "encrypted":
+        assert hits == [] and vector_hits == []
+    else:
+        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_crafted_namespaces_never_reach_another_tenant(client: Any, table: str, mode: str) -> None:
+    base = uuid.uuid4().hex[:8]
+    alice = base
+    mallories = [f"{base}#", f"{base}##s#users", f"{base}.users", f"{base}##n"]
+    with DynamoDBStore(client, table=table, tenant=alice, **_options(mode)) as a:
+        a.put(("users", "u1"), "k", {"text": "apple", "secret": 1})
+        # crafted labels of alice's own never reach ("users", "u1") either
+        for ns in [("users#u1",), ("users%23u1",), ("users", "u1#"), ("users!0",)]:
+            assert a.get(ns, "k") is None and a.search(ns) == []
+        for mallory in mallories:
+            with DynamoDBStore(client, table=table, tenant=mallory, **_options(mode)) as m:
+                for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
+                    assert m.get(ns, "k") is None
+                    assert m.search(ns[:1]) == []
+                assert m.search(()) == [] and m.search((), query="apple") == []
+                assert m.list_namespaces() == []
+                assert m.delete_namespace(("users",)) == 0
+        with pytest.raises(InvalidNamespaceError):  # ours, from batch
+            a.batch([GetOp(("users.u1",), "k")])
+        assert a.get(("users", "u1"), "k") is not None
+        assert a.list_namespaces() == [("users", "u1")]
+    if mode == "encrypted":
+        # An item copied into another tenant's partition does not open there.
+        items = [i for i in raw_items(client, table) if i["pk"]["S"].startswith(f"{alice}##s#")]
+        assert len(items) == 1
+        moved = {**items[0], "pk": {"S": items[0]["pk"]["S"].replace(alice, f"{base}x", 1)}}
+        client.put_item(TableName=table, Item=moved)
+        with DynamoDBStore(
+            client, table=table, tenant=f"{base}x", encryption=a._saver.encryption
+        ) as m2:
+            with pytest.raises(DecryptionError):
+                m2.get(("users", "u1"), "k")
+
+
+# ---- calls per batch, limits, errors ---------------------------------------------------
+
+
+def test_calls_per_batch_and_never_a_scan(client: Any, table: str) -> None:
+    counter = CallCounter(client)
+    with DynamoDBStore(client, table=table, tenant=uuid.uuid4().hex, **_options("clear")) as store:
+        puts = [
+            PutOp(("a", str(i)), f"k{j}", {"text": "apple", "n": j})
+            for i in range(5)
+            for j in range(4)
+        ]
+        counter.reset()
+        store.batch(puts)
+        assert counter.reset() == {"TransactWriteItems": 1}  # 20 items, their index entries
+        reads = [
+            GetOp(("a", "1"), "k1", refresh_ttl=False),
+            GetOp(("a", "2"), "k2", refresh_ttl=False),
+            SearchOp(("a",), filter={"n": {"$gt": 1}}, limit=3, refresh_ttl=False),
+            SearchOp(("a", "3"), query="apple", refresh_ttl=False),
+            ListNamespacesOp(max_depth=1),
+        ]
+        got = store.batch(reads)
+        # one BatchGetItem; one Query of the namespace index; one per namespace searched
+        assert counter.reset() == {"BatchGetItem": 1, "Query": 1 + 5}
+        assert got[0].value["n"] == 1 and len(got[2]) == 3 and got[4] == [("a",)]
+        assert [n for n in got[2] if n.value["n"] <= 1] == []  # the limit counts after the filter
+        listed = store.list_namespaces(prefix=("a",), max_depth=2)
+        assert listed == [("a", str(i)) for i in range(5)]
+        assert store.list_namespaces(suffix=("3",)) == [("a", "3")]
+        assert counter.reset() == {"Query": 2}  # a listing is one Query, never a Scan
+        store.batch([GetOp(("a", str(i % 5)), f"k{i}", refresh_ttl=False) for i in range(150)])
+        assert counter.reset() == {"BatchGetItem": 2}  # 100 keys per call
+        store.batch([*reads, PutOp(("a", "1"), "k1", None), PutOp(("b",), "x", {"n": 1})])
+        assert counter.reset() == {"BatchGetItem": 1, "Query": 6, "TransactWriteItems": 1}
+        assert store.get(("a", "1"), "k1") is None
+        big = [PutOp(("c",), f"k{i}", {"n": i}) for i in range(90)]
+        store.batch(big)  # 90 items and 16 index items: two transactions of at most 100
+        assert counter.reset()["TransactWriteItems"] == 2
+        assert len(store.search(("c",), limit=200)) == 90
+    assert counter.failed == {}
+
+
+def test_search_limit_and_errors_raised(client: Any, table: str) -> None:
+    with DynamoDBStore(client, table=table, tenant=uuid.uuid4().hex, max_search_items=3) as store:
+        for i in range(4):
+            store.put(("a", str(i % 2)), f"k{i}", {"n": i})
+        assert len(store.search(("a", "0"))) == 2
+        with pytest.raises(InvalidInputError, match="max_search_items"):
+            store.search(("a",))  # 4 items: refused, not answered from part of them
+    with DynamoDBStore(client, table=f"{table}-missing") as missing:
+        with pytest.raises(SchemaError, match="does not exist"):
+            missing.search(("a",))  # an error, never an empty result
+        with pytest.raises(SchemaError):
+            missing.list_namespaces()
+    with pytest.raises(ConfigurationError, match="TTLConfig"):
+        DynamoDBStore.from_conn_string(f"dynamodb://{table}?ttl=60").__enter__()
+
+
+def test_delete_namespace_sync_and_async(client: Any, table: str) -> None:
+    tenant = uuid.uuid4().hex
+    with DynamoDBStore(client, table=table, tenant=tenant) as store:
+        for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("a-b",), ("b", "a")]:
+            store.put(ns, "k", {"v": 1})
+        store.put(("a", "b"), "k2", {"v": 2})
+        assert store.delete_namespace(("a", "b")) == 3
+        assert sorted(store.list_namespaces()) == [("a",), ("a-b",), ("ab",), ("b", "a")]
+        with pytest.raises(InvalidNamespaceError):
+            store.delete_namespace(())
+        # the index items of the deleted namespaces went too (no label left behind)
+        labels = [i["sk"]["S"] for i in raw_items(client, table) if tenant in i["pk"]["S"]]
+        assert not [sk for sk in labels if sk.startswith("n#a#b#")]
+
+    async def run() -> None:
+        async with AsyncDynamoDBStore(client, table=table, tenant=tenant) as astore:
+            assert await astore.adelete_namespace(("a",)) == 1
+            assert sorted(await astore.alist_namespaces()) == [("a-b",), ("ab",), ("b", "a")]
+            await asyncio.to_thread(astore.put, ("z",), "k", {"v": 1})  # from another thread
+            assert await asyncio.to_thread(astore.delete_namespace, ("z",)) == 1
+            with pytest.raises(ConfigurationError):
+                astore.get(("a",), "k")  # on the loop's own thread: refused, not a deadlock
+
+    asyncio.run(run())
+
+
+def test_redaction_applies_to_stored_values(client: Any, table: str) -> None:
+    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
+    with DynamoDBStore(
+        client, table=table, tenant=uuid.uuid4().hex, redaction=Redaction()
+    ) as store:
+        store.put(("users",), "u1", {"note": f"write to {mail} please"})
+        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
+        assert mail not in value["note"] and value["note"].startswith("write to ")
+    assert not any(form in table_dump(client, table) for form in canary_forms(mail))
