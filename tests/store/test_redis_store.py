@@ -13,12 +13,14 @@ import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 import redis
 from hypothesis import HealthCheck, Phase, given, settings
-from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
 
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -474,3 +476,50 @@ def test_a_batch_meeting_newer_key_versions_is_sent_once(redis_url: str, redis_p
         scripts = [r for r in sent if isinstance(r, Script) and r.script.name == "store_batch"]
         assert len(scripts) == 1 and len(sent) > 1  # the key loading came in between
         assert reader.get(("a",), "k5").value == {"v": 50}  # type: ignore[union-attr]
+
+
+# ---- inside a graph ---------------------------------------------------------------------
+
+
+class _State(TypedDict, total=False):
+    text: str
+    recalled: list[str]
+
+
+def _memory_graph(store: Any) -> Any:
+    def step(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
+        ns = ("memories", config["configurable"]["user"])
+        if "recalled" not in state:
+            store.put(ns, uuid.uuid4().hex, {"text": state["text"]})
+            return {}
+        hits = store.search(ns, query=state["text"], limit=1)
+        return {"recalled": [h.value["text"] for h in hits]}
+
+    builder = StateGraph(_State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    return builder.compile(store=store)
+
+
+def test_a_graph_remembers_in_one_thread_and_recalls_in_another(
+    server: str, redis_prefix: str
+) -> None:
+    tenant, other = uuid.uuid4().hex, uuid.uuid4().hex
+
+    def config(thread: str, tenant_id: str) -> Any:
+        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
+
+    opts = {"prefix": redis_prefix, "index": index_config(), "encryption": local_encryption()}
+    with RedisStore.from_conn_string(server, **opts) as store:
+        graph = _memory_graph(store)
+        graph.invoke({"text": "blue sky"}, config("t1", tenant))
+        graph.invoke({"text": "river"}, config("t1", tenant))
+    opts["encryption"] = Encryption(opts["encryption"].keyring)  # same keys, new cache
+    # another store object (as another process would open), another thread
+    with RedisStore.from_conn_string(server, **opts) as store:
+        graph = _memory_graph(store)
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
+        assert out["recalled"] == ["blue sky"]
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
+        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
+        assert store.search(("memories",)) == []  # outside a run: the default tenant
