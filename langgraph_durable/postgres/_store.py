@@ -26,6 +26,7 @@ from langgraph.store.base import SearchOp
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
 from ..errors import CorruptRecordError
+from . import _rls
 from ._query import Query
 from ._schema import validate_schema_name
 
@@ -250,6 +251,23 @@ class StoreOps:
 )
 SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"""
         return Query(sql, params, "one")
+
+    def sweep(self, now: float, batch: int) -> Generator[Any, Any, int]:
+        """Delete every tenant's items expired at ``now``, ``batch`` rows per statement
+        (short statements, so writers are not held up); the number deleted."""
+        yield from _rls.require_bypass(self.schema, "sweeping expired store items")
+        total = 0
+        while True:
+            deleted = yield Query(
+                f"DELETE FROM {self._s}.store_items WHERE ctid = ANY(ARRAY("
+                f"SELECT ctid FROM {self._s}.store_items WHERE expires_at <= %(now)s "
+                "LIMIT %(n)s))",
+                {"now": now, "n": batch},
+                "none",
+            )
+            total += int(deleted)
+            if deleted < batch:
+                return total
 
     def delete_namespace_query(self, tenant: str, prefix: tuple[str, ...]) -> Query:
         """The statement that deletes every item of ``tenant`` under ``prefix`` (a count)."""

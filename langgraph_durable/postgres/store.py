@@ -189,6 +189,11 @@ class _PostgresStoreBase(BaseStore):
         )
         return saver._keyed(call)  # type: ignore[no-any-return]
 
+    def _sweep_op(self, batch: int) -> Operation[int]:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigurationError(f"batch must be a positive integer, got {batch!r}")
+        return Operation(self._store_ops.sweep(float(self._clock()), batch))
+
     def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
         core.check_labels(prefix, "namespace prefix")
         if not prefix:
@@ -272,6 +277,15 @@ class PostgresStore(_PostgresStoreBase):
         """Delete every item of the current tenant under ``prefix``; the number deleted."""
         return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
 
+    def sweep_ttl(self, *, batch: int = 1000) -> int:
+        """Delete the expired items of every tenant; the number deleted.
+
+        Expired items are never returned whether swept or not; sweeping frees their
+        space. Across tenants: with row-level security on, run it as a role with
+        BYPASSRLS (the pruner role of ``docs/security.md``).
+        """
+        return self._saver._run(self._sweep_op(batch))  # type: ignore[no-any-return]
+
 
 class AsyncPostgresStore(_PostgresStoreBase):
     """A LangGraph store on PostgreSQL (asyncio); arguments as :class:`PostgresStore`.
@@ -329,6 +343,11 @@ class AsyncPostgresStore(_PostgresStoreBase):
         """Delete every item of the current tenant under ``prefix``; the number deleted."""
         self._bind_loop()
         return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+
+    async def asweep_ttl(self, *, batch: int = 1000) -> int:
+        """Delete the expired items of every tenant (see ``PostgresStore.sweep_ttl``)."""
+        self._bind_loop()
+        return await self._saver._arun(self._sweep_op(batch))  # type: ignore[no-any-return]
 
     def delete_namespace(self, prefix: tuple[str, ...]) -> int:
         """:meth:`adelete_namespace` from another thread than the store's loop."""

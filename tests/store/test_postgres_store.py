@@ -418,3 +418,28 @@ def test_a_refresh_never_overrides_a_put_that_came_between(pg_url: str, schema: 
         assert done.value.value[0].value == {"v": 1}  # what the get read
         expiry = _rows(pg_url, schema, store.tenant)[0][-1]
         assert expiry == clock.now + 300
+
+
+def test_sweep_ttl_deletes_expired_items_of_every_tenant(pg_url: str, pg_schema: str) -> None:
+    clock = FakeClock()
+    with (
+        PostgresStore.from_conn_string(pg_url, schema=pg_schema, tenant="t1", clock=clock) as s1,
+        PostgresStore.from_conn_string(pg_url, schema=pg_schema, tenant="t2", clock=clock) as s2,
+    ):
+        s1.setup()
+        s1.batch([PutOp(("a",), f"k{i}", {"v": i}, ttl=1.0) for i in range(5)])
+        s2.put(("b",), "gone", {"v": 0}, ttl=2.0)
+        s2.put(("b",), "kept", {"v": 0})
+        assert s1.sweep_ttl() == 0
+        clock.advance(61)
+        assert s1.sweep_ttl(batch=2) == 5  # in statements of two rows
+        clock.advance(60)
+
+        async def sweep() -> int:
+            async with AsyncPostgresStore.from_conn_string(
+                pg_url, schema=pg_schema, clock=clock
+            ) as store:
+                return await store.asweep_ttl()
+
+        assert asyncio.run(sweep()) == 1
+        assert [r[2] for r in _rows(pg_url, pg_schema)] == ["kept"]

@@ -17,6 +17,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
 from langgraph_durable.postgres._rls import TENANT_SETTING, app_role_grants
 from tests.encryption_helpers import local_encryption
@@ -96,6 +97,8 @@ def test_the_database_keeps_tenants_apart(app: tuple[str, str], encrypted: bool)
         assert _visible(url, schema, t2) == 0
         assert _visible(url, schema, t1) == 2
         assert s1.delete_namespace(("users", "u2")) == 1
+        with pytest.raises(ConfigurationError, match="BYPASSRLS"):
+            s1.sweep_ttl()  # across tenants: not for the application role
 
     async def run() -> None:
         async with AsyncPostgresStore.from_conn_string(url, tenant=t1, **options) as a1:
