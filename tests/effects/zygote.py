@@ -85,13 +85,14 @@ def main() -> None:
 class Zygote:
     """The test side: starts the zygote and talks to it."""
 
-    def __init__(self, cwd: str) -> None:
+    def __init__(self, cwd: str, module: str = "tests.effects.zygote") -> None:
+        """``module``: the zygote to start (another may swap in its own ``worker``)."""
         from tests.servers import set_dynamodb_environment
 
         env = dict(os.environ)
         set_dynamodb_environment(env)  # boto3 signs requests to the local endpoint
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.effects.zygote"],
+            [sys.executable, "-m", module],
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
