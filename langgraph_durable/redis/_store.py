@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
+from langgraph.store.base import GetOp
+
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
 from ..errors import CorruptRecordError, InvalidInputError
@@ -129,6 +131,19 @@ def namespace_ranges(prefix: tuple[str, ...]) -> list[str]:
     return ["[" + exact, "[" + exact, "[" + bounds[0], "(" + bounds[1]]
 
 
+def refreshed_by_gets(plan: core.BatchPlan) -> set[tuple[tuple[str, ...], str]]:
+    """The items whose TTL a batch's script extends as it reads them: those a get with
+    ``refresh_ttl`` reads that the batch does not put (as ``core.answer`` chooses; the
+    script extends only a live item stored with a TTL, as ``core.refreshed`` does)."""
+    out = set()
+    for i in plan.gets:
+        op = plan.ops[i]
+        assert isinstance(op, GetOp)
+        if op.refresh_ttl and (op.namespace, op.key) not in plan.puts:
+            out.add((op.namespace, op.key))
+    return out
+
+
 def _native_ms(expires_at: float, now: float) -> str:
     """The native expiry (PEXPIRE ms) of an item expiring at ``expires_at``."""
     return str(max(1, round((expires_at - now + NATIVE_GRACE_S) * 1000)))
@@ -160,9 +175,11 @@ class StoreOps:
     ) -> Script:
         """The one script call that reads what a batch needs, then applies its writes."""
         keys = self.keys(tenant)
-        args: list[Any] = [keys.base, repr(float(now)), self.max_search_items]
+        args: list[Any] = [keys.base, repr(float(now)), self.max_search_items, NATIVE_GRACE_S]
         args.append(len(plan.get_keys))
-        args.extend(member(ns, k) for ns, k in plan.get_keys)
+        refreshing = refreshed_by_gets(plan)
+        for place in plan.get_keys:
+            args.extend((member(*place), "1" if place in refreshing else "0"))
         args.append(len(plan.search_prefixes))
         for prefix in plan.search_prefixes:
             ranges = item_ranges(prefix)
@@ -225,8 +242,15 @@ class StoreOps:
         names = [core.ns_from_text(_text(ns)) for ns in reply[3]]
         return found, searched, names
 
-    def refresh_script(self, tenant: str, now: float, refreshes: Sequence[core.Refresh]) -> Script:
-        """The script call that extends the expiry of items a refreshing read returned."""
+    def refresh_script(
+        self, tenant: str, plan: core.BatchPlan, now: float, refreshes: Sequence[core.Refresh]
+    ) -> Script | None:
+        """The script call that extends the expiry of items a refreshing search returned
+        (None: nothing left to extend; the batch's script extended what its gets read)."""
+        done = refreshed_by_gets(plan)
+        refreshes = [r for r in refreshes if (r.namespace, r.key) not in done]
+        if not refreshes:
+            return None
         keys = self.keys(tenant)
         args: list[Any] = [keys.base]
         for r in refreshes:

@@ -11,7 +11,8 @@ hands the operation to the driver.
 
 Round trips: a batch is one script call, whatever its ops (reads see the store
 before the batch, then its puts and deletes apply, atomically: a tenant's items
-share one cluster slot). A batch whose reads return items stored with a TTL under
+share one cluster slot); the script also extends the TTL of the items a refreshing
+get reads. A batch whose searches return items stored with a TTL under
 ``refresh_ttl`` sends a second call that extends them (which items a search returns
 is decided after decryption). Loading a tenant's data keys (encryption, rarely) adds
 its own.
@@ -157,8 +158,9 @@ class _RedisStoreBase(BaseStore):
                 sent.append((yield ops.batch_script(tenant, plan, now, writes, pipeline.seal)))
             found, searched, names = ops.read_reply(tenant, plan, sent[0], pipeline.open)
             results, refreshes = core.answer(plan, found, searched, names, now, by_query)
-            if refreshes:
-                yield ops.refresh_script(tenant, now, refreshes)
+            refresh = ops.refresh_script(tenant, plan, now, refreshes) if refreshes else None
+            if refresh is not None:
+                yield refresh
             return results
 
         call = _Call(tenant, lambda: Operation(steps()), write=bool(plan.puts), opens=plan.reads)

@@ -190,7 +190,12 @@ def test_ttl_native_backstop_and_sweep(redis_url: str, redis_prefix: str) -> Non
         renewed = store.get(("b",), "again")
         assert renewed.created_at == renewed.updated_at > first.created_at  # type: ignore[union-attr]
         store.delete(("b",), "again")
+        long_key = keys.item(("a",), "long")
+        stored = raw.hget(long_key, "x")
+        store.get(("a",), "long", refresh_ttl=False)
+        assert raw.hget(long_key, "x") == stored
         store.get(("a",), "long")  # refreshed: its native expiry moves too
+        assert float(raw.hget(long_key, "x")) == clock.now + 600 > float(stored)
         assert raw.pttl(keys.item(("a",), "long")) > (61 + 600) * 1000 - 5_000
         assert store.sweep_expired() == 1
         assert raw.exists(keys.item(("a",), "short")) == 0
@@ -347,9 +352,7 @@ def test_one_round_trip_per_batch(server: str, redis_prefix: str, mode: str) -> 
         assert store.get(("a", "1"), "k1") is None
 
 
-def test_a_refreshing_read_adds_one_call_and_async_counts_the_same(
-    redis_url: str, redis_prefix: str
-) -> None:
+def test_a_refreshing_search_adds_one_call_a_get_none(redis_url: str, redis_prefix: str) -> None:
     async def run() -> None:
         async with AsyncRedisStore.from_conn_string(
             redis_url,
@@ -367,6 +370,10 @@ def test_a_refreshing_read_adds_one_call_and_async_counts_the_same(
             got = await store.abatch([SearchOp(("a",), limit=2), GetOp(("a", "1"), "k1")])
             assert len(got[0]) == 2 and got[1] is not None
             assert len(sent) == 2  # the script, then one call extending what it returned
+            sent.clear()
+            got = await store.abatch([GetOp(("a", "1"), "k1"), GetOp(("a", "2"), "k1")])
+            assert got[0] is not None and got[1] is not None
+            assert len(sent) == 1  # the script extends what a refreshing get reads
 
     asyncio.run(run())
 

@@ -4,8 +4,11 @@
 -- then the batch's deletes and puts. Filters, ordering, limits and TTL refreshes are
 -- decided in Python (langgraph_durable._core.store) after the values are opened.
 -- KEYS: K, N, C, X of the tenant (see lib/store_items.lua).
--- ARGV: BASE, now (Unix seconds), most items a search may read, then
---   gets:      count, then that many members "<ns>\0<key>";
+-- ARGV: BASE, now (Unix seconds), most items a search may read, grace seconds of the
+-- native expiry after an item's own, then
+--   gets:      count, then per get: member "<ns>\0<key>", "1" if a get of it refreshes
+--              its TTL (Python's choice; done here, on a live item stored with a TTL,
+--              as _core.store.refreshed does, so a refreshing get needs no other call);
 --   searches:  count, then per search prefix: ranges, then that many (min, max) of K;
 --   listings:  ranges, then that many (min, max) of N;
 --   deletes:   count, then members;
@@ -14,21 +17,29 @@
 -- Returns {"ok", gets, searched, namespaces}: gets and searched flat lists of a member
 -- and its 8 fields (vt, v, wt, w, c, u, t, x) per live item; namespaces the live ones
 -- under the listing ranges. Or {"too-many", search index, items}: nothing was written.
-local now, at = tonumber(ARGV[2]), 4
-local cap = tonumber(ARGV[3])
+local now, at = tonumber(ARGV[2]), 5
+local cap, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function arg()
   at = at + 1
   return ARGV[at - 1]
 end
-local function read(member, out)
-  local f = redis.call('HMGET', BASE .. member, unpack(ITEM_FIELDS))
+local function read(member, out, refresh)
+  local key = BASE .. member
+  local f = redis.call('HMGET', key, unpack(ITEM_FIELDS))
   if not f[1] or (f[8] and f[8] ~= '' and tonumber(f[8]) <= now) then return end
   out[#out + 1] = member
   for i = 1, 8 do out[#out + 1] = f[i] or '' end
+  if refresh and f[7] and f[7] ~= '' then
+    local x = now + tonumber(f[7]) * 60.0
+    local text = string.format('%.17g', x)
+    redis.call('HSET', key, 'x', text)
+    redis.call('ZADD', X, text, member)
+    redis.call('PEXPIRE', key, math.max(1, math.floor((x - now + grace) * 1000 + 0.5)))
+  end
 end
 
 local gets = {}
-for _ = 1, tonumber(arg()) do read(arg(), gets) end
+for _ = 1, tonumber(arg()) do read(arg(), gets, arg() == '1') end
 
 local searched = {}
 for s = 1, tonumber(arg()) do
