@@ -23,14 +23,23 @@ over the cluster, one tenant does not).
 
 The namespaces under a prefix are one lexicographic range of ``k`` (and of
 ``n``), so a search or a listing reads only that range, never the keyspace
-(no SCAN). Times are Unix seconds from the store's clock; an item with a TTL
-also gets a native expiry a grace period after its own (``NATIVE_GRACE_S``): a
-backstop that frees memory, while reads check the stored expiry.
+(no SCAN); a search reading more than ``max_search_items`` items is refused
+before anything is read or written. A namespace is listed while it holds more
+items (``c``) than items expired by the batch's time (``x``).
+
+Times are Unix seconds from the store's clock. A read skips an item whose stored
+expiry has passed, whether Redis still holds it or not; an item with a TTL also
+gets a native expiry a grace period after its own (``NATIVE_GRACE_S``): a
+backstop that frees memory (its index entries stay until the next write of the
+item, a ``delete_namespace`` or a sweep, and count as expired meanwhile).
+``sweep`` deletes expired items at once.
 
 Values and vectors are sealed by the record pipeline (redaction, serialization,
 encryption bound to the tenant, the namespace, the key and the TTL). Every
 decision (filters, ordering, scores, offset/limit, which items a read refreshes)
-is the pure core's (``langgraph_durable._core.store``).
+is the pure core's (``langgraph_durable._core.store``); the batch script extends
+the TTL of the items the gets Python names read (``refreshed_by_gets``), the
+refresh of search results is a second call (``refresh_script``).
 """
 
 from __future__ import annotations

@@ -411,14 +411,18 @@ def test_delete_namespace_in_chunks(redis_url: str, redis_prefix: str, monkeypat
 
 
 def test_a_search_over_too_many_items_is_refused(redis_url: str, redis_prefix: str) -> None:
+    clock = FakeClock()
     with RedisStore.from_conn_string(
-        redis_url, prefix=redis_prefix, tenant="t", max_search_items=5
+        redis_url, prefix=redis_prefix, tenant="t", max_search_items=5, clock=clock
     ) as store:
-        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}) for i in range(6)])
-        assert len(store.search(("a", "0"))) == 3
+        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}, ttl=1.0) for i in range(6)])
+        assert len(store.search(("a", "0"), refresh_ttl=False)) == 3
+        clock.advance(50)
         with pytest.raises(InvalidInputError, match="max_search_items=5"):
-            store.batch([SearchOp(("a",)), PutOp(("b",), "k", {"v": 1})])
+            store.batch([GetOp(("a", "0"), "k0"), SearchOp(("a",)), PutOp(("b",), "k", {"v": 1})])
         assert store.get(("b",), "k") is None  # nothing of the refused batch was written
+        clock.advance(20)
+        assert store.get(("a", "0"), "k0") is None  # nor was the get's refresh
     with pytest.raises(ConfigurationError):
         RedisStore(redis_url, max_search_items=0)
 

@@ -38,10 +38,10 @@ local function read(member, out, refresh)
   end
 end
 
-local gets = {}
-for _ = 1, tonumber(arg()) do read(arg(), gets, arg() == '1') end
-
-local searched = {}
+local wanted = {}
+for g = 1, tonumber(arg()) do wanted[g] = {arg(), arg() == '1'} end
+-- every search's size is checked before anything is read or written
+local searches = {}
 for s = 1, tonumber(arg()) do
   local ranges, total = {}, 0
   for r = 1, tonumber(arg()) do
@@ -49,6 +49,13 @@ for s = 1, tonumber(arg()) do
     total = total + redis.call('ZLEXCOUNT', K, ranges[r][1], ranges[r][2])
   end
   if total > cap then return {'too-many', s, total} end
+  searches[s] = ranges
+end
+
+local gets = {}
+for _, get in ipairs(wanted) do read(get[1], gets, get[2]) end
+local searched = {}
+for _, ranges in ipairs(searches) do
   for _, range in ipairs(ranges) do
     for _, member in ipairs(redis.call('ZRANGEBYLEX', K, range[1], range[2])) do
       read(member, searched)
