@@ -243,3 +243,26 @@ def test_texts_to_embed_follow_fields_and_per_put_index() -> None:
         core.vectors_by_item(tasks, [[1.0]])
     with pytest.raises(InvalidInputError):
         core.vectors_by_item(tasks, [[1.0, 2.0]] * 4, dims=1)
+
+
+# ---- purity -----------------------------------------------------------------------
+
+
+def test_the_store_core_is_pure() -> None:
+    """No driver, no I/O, no clock: the core's package imports none of them."""
+    import ast
+    import pathlib
+
+    forbidden = {"psycopg", "psycopg_pool", "redis", "boto3", "botocore", "aiobotocore"}
+    forbidden |= {"socket", "time", "os", "asyncio", "threading", "random"}
+    folder = pathlib.Path(core.__file__).parent
+    modules = sorted(folder.glob("*.py"))
+    assert {p.name for p in modules} >= {"__init__.py", "batch.py", "filters.py", "search.py"}
+    for path in modules:
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+        assert not names & forbidden, (path.name, sorted(names & forbidden))
