@@ -151,6 +151,8 @@ class _RedisStoreBase(BaseStore):
         sent: list[Any] = []  # the script's reply, kept if opening needs other key versions
 
         def steps() -> Generator[Any, Any, list[Result]]:
+            if not plan.ops:
+                return []
             pipeline = saver.pipeline
             if not sent:
                 # Sent once: run again (a data-key version was missing), the operation

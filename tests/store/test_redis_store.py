@@ -383,7 +383,8 @@ def test_delete_namespace_sync_and_async(redis_url: str, redis_prefix: str) -> N
     with RedisStore.from_conn_string(redis_url, prefix=redis_prefix, tenant=tenant) as store:
         for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("a-b",), ("b", "a")]:
             store.put(ns, "k", {"v": 1})
-        store.put(("a", "b"), "k2", {"v": 1})
+        store.put(("a", "b"), "k2\x00{}", {"v": 2})  # a key may hold NUL and braces
+        assert store.get(("a", "b"), "k2\x00{}").value == {"v": 2}  # type: ignore[union-attr]
         assert store.delete_namespace(("a", "b")) == 3
         assert sorted(store.list_namespaces()) == [("a",), ("a-b",), ("ab",), ("b", "a")]
         with pytest.raises(InvalidNamespaceError):
