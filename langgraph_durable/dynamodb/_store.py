@@ -26,7 +26,7 @@ from typing import Any
 from .._core import store as core
 from .._core.records import RecordIdentity, Sealed
 from ..errors import InvalidInputError
-from ._calls import ConditionFailedError, OpsBase, TransactionCanceledError, new_token
+from ._calls import OpsBase, TransactionCanceledError, new_token
 from ._items import TRANSACTION_ITEMS, N, S
 from ._store_keys import (
     entry_name,
@@ -336,24 +336,24 @@ class StoreOps:
     def _drop_empty_index_items(
         self, tenant: str, prefix: tuple[str, ...]
     ) -> Generator[Any, Any, None]:
-        """Delete index items with no entry left, unless one was written since (``ver``)."""
+        """Delete index items with no entry left, unless one was written since (``ver``):
+        conditional deletes, 100 per TransactWriteItems (a failed condition drops its item)."""
         index = yield from self._index(tenant, [prefix])
-        for item in index:
-            if any(key_of_entry(name) is not None for name in item) or "ver" not in item:
-                continue
-            try:
-                yield from self.calls._call(
-                    "delete_item",
-                    {
+        yield from self.calls._transact_updates(
+            [
+                {
+                    "Delete": {
                         "TableName": self.table,
                         "Key": {"pk": item["pk"], "sk": item["sk"]},
                         "ConditionExpression": "#ver = :ver",
                         "ExpressionAttributeNames": {"#ver": "ver"},
                         "ExpressionAttributeValues": {":ver": item["ver"]},
-                    },
-                )
-            except ConditionFailedError:
-                pass  # written meanwhile: it stays
+                    }
+                }
+                for item in index
+                if "ver" in item and not any(key_of_entry(name) is not None for name in item)
+            ]
+        )
         return None
 
 

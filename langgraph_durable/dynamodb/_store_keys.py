@@ -59,9 +59,11 @@ __all__ = [
     "live_entries",
 ]
 
-#: Index items per namespace (a key's entry goes to one, by a hash of the key):
-#: a namespace's index entries are spread over this many items of at most 400 KB.
-SHARDS = 16
+#: Index items per namespace (a key's entry goes to one, by a hash of the key). A
+#: namespace's entries are spread over this many items of at most 400 KB each; and
+#: a write costs write units for the size of the index item it changes, which the
+#: shards keep small (a namespace of 10,000 keys: ~160 entries, ~8 KB per item).
+SHARDS = 64
 #: The index entry of an item that never expires.
 NEVER = -1
 _ITEM_MARK = "##s#"
