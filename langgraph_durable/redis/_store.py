@@ -52,8 +52,8 @@ from langgraph.store.base import GetOp
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
 from ..errors import CorruptRecordError, InvalidInputError
-from ._keys import KeyLayout, _ident, _tag_part
-from ._requests import Script
+from ._keys import KeyLayout, _glob_escape, _ident, _tag_part, _untag
+from ._requests import ScanKeys, Script
 from ._scripts import load_script
 
 __all__ = [
@@ -293,6 +293,25 @@ class StoreOps:
             done += n
             if n < DROP_CHUNK:
                 return done
+
+    def sweep_all(self, now: float) -> Generator[Any, Any, dict[str, int]]:
+        """Sweep every tenant that has items with a TTL: {tenant: items deleted}.
+
+        The tenants are found by their expiry index (``P:store:{T}:x``, which exists
+        while a tenant has items with a TTL): one SCAN over the keys of that kind, as
+        the saver finds its tenant indexes, never over the items.
+        """
+        pattern = _glob_escape(self.layout.prefix) + ":store:{*}:x"
+        head = self.layout.prefix + ":store:{"
+        found = yield ScanKeys(pattern)
+        out: dict[str, int] = {}
+        for name in sorted({_text(k) for k in found}):
+            tag = name[len(head) : -len("}:x")]
+            if not name.startswith(head) or any(c in tag for c in "{}"):
+                continue
+            tenant = _untag(tag)
+            out[tenant] = yield from self.sweep(tenant, now)
+        return out
 
 
 def _items(

@@ -179,6 +179,9 @@ class _RedisStoreBase(BaseStore):
     def _sweep_op(self) -> Operation[int]:
         return Operation(self._store_ops.sweep(self.tenant, float(self._clock())))
 
+    def _sweep_all_op(self) -> Operation[dict[str, int]]:
+        return Operation(self._store_ops.sweep_all(float(self._clock())))
+
     def _setup_steps(self) -> Generator[Any, Any, Any]:
         """The saver's setup (server checks, its scripts), then the store's scripts."""
         result = yield from self._saver._setup_op().steps
@@ -264,6 +267,11 @@ class RedisStore(_RedisStoreBase):
         """Delete the current tenant's expired items now; the number deleted."""
         return self._saver._run(self._sweep_op())  # type: ignore[no-any-return]
 
+    def sweep_all_expired(self) -> dict[str, int]:
+        """Delete every tenant's expired items now (the pruner's sweep): the number
+        deleted per tenant that has items with a TTL."""
+        return self._saver._run(self._sweep_all_op())  # type: ignore[no-any-return]
+
 
 class AsyncRedisStore(_RedisStoreBase):
     """A LangGraph store on Redis or Valkey (asyncio); arguments as :class:`RedisStore`.
@@ -329,6 +337,11 @@ class AsyncRedisStore(_RedisStoreBase):
         """Delete the current tenant's expired items now; the number deleted."""
         self._bind_loop()
         return await self._saver._arun(self._sweep_op())  # type: ignore[no-any-return]
+
+    async def asweep_all_expired(self) -> dict[str, int]:
+        """Delete every tenant's expired items now (see ``RedisStore.sweep_all_expired``)."""
+        self._bind_loop()
+        return await self._saver._arun(self._sweep_all_op())  # type: ignore[no-any-return]
 
     def _on_loop(self, coro: Any) -> Any:
         loop = self._loop

@@ -535,3 +535,26 @@ def test_a_graph_remembers_in_one_thread_and_recalls_in_another(
         out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
         assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
         assert store.search(("memories",)) == []  # outside a run: the default tenant
+
+
+def test_sweep_every_tenant_sync_and_async(server: str, redis_prefix: str) -> None:
+    clock = FakeClock()
+    tenants = ["t1", "t{2}:x", "t%3"]  # found back from their key names
+    opts: dict[str, Any] = {"prefix": redis_prefix, "clock": clock}
+    with RedisStore.from_conn_string(server, tenant="t1", **opts) as store:
+        for n, tenant in enumerate(tenants):
+            with RedisStore.from_conn_string(server, tenant=tenant, **opts) as other:
+                other.batch([PutOp(("a",), f"k{i}", {"v": i}, ttl=1.0) for i in range(n + 1)])
+                other.put(("a",), "kept", {"v": 0}, ttl=None)
+        assert store.sweep_all_expired() == {t: 0 for t in tenants}
+        clock.advance(61)
+
+        async def run() -> dict[str, int]:
+            async with AsyncRedisStore.from_conn_string(server, tenant="t1", **opts) as astore:
+                return await astore.asweep_all_expired()
+
+        assert asyncio.run(run()) == {"t1": 1, "t{2}:x": 2, "t%3": 3}
+        assert store.sweep_all_expired() == {}  # no tenant has items with a TTL now
+        for tenant in tenants:
+            with RedisStore.from_conn_string(server, tenant=tenant, **opts) as other:
+                assert [i.key for i in other.search(("a",))] == ["kept"]
