@@ -119,7 +119,13 @@ def shard_of(key: str) -> int:
 
 def index_sk(namespace: tuple[str, ...], shard: int) -> str:
     """The sort key of one index shard of a namespace."""
-    return f"{_INDEX_SK}{_labels(namespace)}{_SHARD_MARK}{shard:x}"
+    sk = f"{_INDEX_SK}{_labels(namespace)}{_SHARD_MARK}{shard:x}"
+    if len(sk.encode("utf-8")) > SK_LIMIT:
+        raise InvalidInputError(
+            f"namespace {namespace!r} is too long for the DynamoDB store's namespace index "
+            f"({len(sk.encode())} bytes escaped; at most {SK_LIMIT - 6})"
+        )
+    return sk
 
 
 def index_prefix(prefix: tuple[str, ...]) -> str:

@@ -15,11 +15,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
-from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
 
 from langgraph_durable._core import store as core
 from langgraph_durable.dynamodb import AsyncDynamoDBStore, DynamoDBStore
@@ -374,3 +376,51 @@ def test_throttled_calls_and_unprocessed_keys_are_retried(
         store.batch([GetOp(("a",), f"k{i}") for i in range(8)])  # half of each call unprocessed
     assert faults.throttled["TransactWriteItems"] and faults.throttled["Query"]
     assert faults.unprocessed["BatchGetItem"] >= 4
+
+
+# ---- inside a graph ----------------------------------------------------------------------
+
+
+class _State(TypedDict, total=False):
+    text: str
+    recalled: list[str]
+
+
+def _memory_graph(store: Any) -> Any:
+    """``remember`` puts the text under the run's user; ``recall`` searches it by meaning."""
+
+    def remember(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
+        store.put(("memories", config["configurable"]["user"]), uuid.uuid4().hex, state)
+        return {}
+
+    def recall(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
+        ns = ("memories", config["configurable"]["user"])
+        return {"recalled": [h.value["text"] for h in store.search(ns, query=state["text"])][:1]}
+
+    builder = StateGraph(_State)
+    builder.add_node("remember", remember)
+    builder.add_node("recall", recall)
+    builder.add_conditional_edges(
+        START, lambda s: "recall" if s.get("recalled") == [] else "remember"
+    )
+    return builder.compile(store=store)
+
+
+def test_a_graph_remembers_in_one_thread_and_recalls_in_another(client: Any, table: str) -> None:
+    tenant, other = uuid.uuid4().hex, uuid.uuid4().hex
+
+    def config(thread: str, tenant_id: str) -> Any:
+        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
+
+    with DynamoDBStore(client, table=table, **_options("encrypted")) as store:
+        graph = _memory_graph(store)
+        graph.invoke({"text": "blue sky"}, config("t1", tenant))
+        graph.invoke({"text": "river"}, config("t1", tenant))
+        keys = store._saver.encryption  # another store object shares the keyring only
+    with DynamoDBStore(client, table=table, index=index_config(), encryption=keys) as store:
+        graph = _memory_graph(store)
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
+        assert out["recalled"] == ["blue sky"]
+        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
+        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
+        assert store.search(("memories",)) == []  # outside a run: the default tenant
