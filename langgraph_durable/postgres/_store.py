@@ -8,7 +8,9 @@ pipeline (redaction, serialization, encryption bound to the tenant, the
 namespace, the key and the stored TTL); times are Unix seconds from the store's
 clock.
 
-A batch is at most two statements: one read (every get, every search prefix (only
+A batch is one statement, and a second only to extend the TTLs its reads returned
+(with row-level security on, a batch that reads and writes is two: see
+``store.py``). Its parts: one read (every get, every search prefix (only
 the newest ``offset + limit`` items for a search without filter or scoring) and
 the namespaces a listing needs, one ``UNION ALL``), then one write (deletes,
 upserts and TTL refreshes, one statement of data-modifying CTEs). Everything
@@ -19,6 +21,7 @@ core (``langgraph_durable._core.store``), after the values are opened.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.store.base import SearchOp
@@ -77,6 +80,21 @@ _COLUMNS = (
     "i.created_at, i.updated_at, i.ttl_minutes, i.expires_at"
 )
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > %(now)s)"
+_COUNTS = (
+    "SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What a batch's read found: items by (namespace, key) for its gets, the items
+    under its search prefixes, the live namespaces for its listings, and whether its
+    writes went with it."""
+
+    found: dict[tuple[tuple[str, ...], str], core.StoredItem]
+    searched: list[core.StoredItem]
+    namespaces: list[tuple[str, ...]]
+    wrote: bool
 
 
 class StoreOps:
@@ -160,11 +178,23 @@ class StoreOps:
         now: float,
         open: Callable[[RecordIdentity, Sealed], Any],
         indexed: bool = False,
-    ) -> Generator[Any, Any, tuple[dict[Any, core.StoredItem], list[core.StoredItem], list[Any]]]:
-        """Read a batch's items (opened) and live namespaces: (by key, searched, namespaces)."""
+        writes: Sequence[core.ItemWrite] = (),
+        seal: Callable[[RecordIdentity, Any], Sealed] | None = None,
+    ) -> Generator[Any, Any, Read]:
+        """Read a batch's items (opened) and live namespaces.
+
+        With ``writes`` (and ``seal``), the batch's writes go in the same statement,
+        as data-modifying CTEs: its reads still see the store as it was before the
+        statement (PostgreSQL's snapshot rule), as a batch's reads must.
+        """
         query = self.read_query(tenant, plan, now, indexed)
         if query is None:
-            return {}, [], []
+            return Read({}, [], [], False)
+        applied = bool(writes) and seal is not None
+        if applied:
+            assert seal is not None
+            ctes, params = self._write_ctes(tenant, now, writes, (), seal)
+            query = Query(f"{ctes} {query.sql}", {**params, **dict(query.params)}, "all")
         rows = yield query
         found: dict[tuple[tuple[str, ...], str], core.StoredItem] = {}
         searched: dict[tuple[str, str], core.StoredItem] = {}
@@ -182,7 +212,7 @@ class StoreOps:
                 found[(stored.namespace, stored.key)] = stored
             else:
                 searched[(prefix, row[2])] = stored
-        return found, list(searched.values()), namespaces
+        return Read(found, list(searched.values()), namespaces, applied)
 
     def write_query(
         self,
@@ -195,6 +225,18 @@ class StoreOps:
         """The one statement that applies a batch's deletes, puts and TTL refreshes."""
         if not writes and not refreshes:
             return None
+        ctes, params = self._write_ctes(tenant, now, writes, refreshes, seal)
+        return Query(ctes + " " + _COUNTS, params, "one")
+
+    def _write_ctes(
+        self,
+        tenant: str,
+        now: float,
+        writes: Sequence[core.ItemWrite],
+        refreshes: Sequence[core.Refresh],
+        seal: Callable[[RecordIdentity, Any], Sealed],
+    ) -> tuple[str, dict[str, Any]]:
+        """``WITH del AS (...), ins AS (...), ref AS (...)`` and its parameters."""
         s = self._s
         deletes = [w for w in writes if w.value is None]
         puts = [w for w in writes if w.value is not None]
@@ -248,9 +290,8 @@ class StoreOps:
     WHERE i.tenant_id = %(tenant)s AND i.prefix = r.p AND i.key = r.k
         AND i.updated_at = r.u AND i.ttl_minutes IS NOT NULL
     RETURNING 1
-)
-SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"""
-        return Query(sql, params, "one")
+)"""
+        return sql, params
 
     def sweep(self, now: float, batch: int) -> Generator[Any, Any, int]:
         """Delete every tenant's items expired at ``now``, ``batch`` rows per statement

@@ -173,10 +173,20 @@ class _PostgresStoreBase(BaseStore):
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
-            found, searched, names = yield from ops.read(tenant, plan, now, pipeline.open, indexed)
-            results, refreshes = core.answer(plan, found, searched, names, now, by_query)
             writes = core.item_writes(plan, now, by_item)
-            query = ops.write_query(tenant, now, writes, refreshes, pipeline.seal)
+            # One statement for reads and writes, except under row-level security: there
+            # the driver sends a statement with payload parameters and settings as an
+            # EXECUTE in the simple protocol, whose rows (the payloads read) would come
+            # back hex-encoded; two statements keep the reads binary.
+            along = () if saver._ops.row_level_security else writes
+            read = yield from ops.read(
+                tenant, plan, now, pipeline.open, indexed, along, pipeline.seal
+            )
+            results, refreshes = core.answer(
+                plan, read.found, read.searched, read.namespaces, now, by_query
+            )
+            left = () if read.wrote else writes
+            query = ops.write_query(tenant, now, left, refreshes, pipeline.seal)
             if query is not None:
                 yield query
             return results

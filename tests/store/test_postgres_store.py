@@ -225,7 +225,7 @@ def test_crafted_namespaces_never_reach_another_tenant(pg_url: str, schema: str,
 # ---- batches, round trips, deletes -----------------------------------------------------
 
 
-def test_one_statement_per_read_or_write_phase(pg_url: str, schema: str) -> None:
+def test_one_statement_per_batch_and_one_more_for_ttl_refreshes(pg_url: str, schema: str) -> None:
     with PostgresStore.from_conn_string(
         pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options("clear")
     ) as store:
@@ -257,9 +257,18 @@ def test_one_statement_per_read_or_write_phase(pg_url: str, schema: str) -> None
         assert len(sent) == 1
         assert got[0].value["n"] == 1 and len(got[2]) == 3 and got[4] == [("a",)]
         sent.clear()
-        store.batch([*reads, PutOp(("a", "1"), "k1", None), PutOp(("b",), "x", {"n": 1})])
-        assert len(sent) == 2  # one read, one write
+        got = store.batch(
+            [PutOp(("a", "1"), "k1", None), *reads, PutOp(("b",), "x", {"n": 1}, ttl=1.0)]
+        )
+        assert len(sent) == 1  # reads and writes in one statement
+        assert got[1].value["n"] == 1  # the reads saw the store before the batch
+        assert got[5] == [("a",)]
+        sent.clear()
+        got = store.batch([GetOp(("b",), "x"), PutOp(("c",), "y", {"n": 2})])
+        assert got[0].value == {"n": 1}
+        assert len(sent) == 2  # a second statement only to extend the TTL the get returned
         assert store.get(("a", "1"), "k1") is None
+        assert store.get(("c",), "y").value == {"n": 2}  # type: ignore[union-attr]
 
 
 def test_a_search_without_filter_or_query_reads_only_its_page(pg_url: str, schema: str) -> None:
