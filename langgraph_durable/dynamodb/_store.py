@@ -136,24 +136,38 @@ class StoreOps:
             return out
         live = live_namespaces((yield from self._index(tenant, heads)), now)
         out.namespaces = live
-        read = 0
+        budget = self.max_search_items
         for ns in live:
             if not any(core.under(ns, p) for p in plan.search_prefixes):
                 continue
-            items = yield from self.calls._query_all(item_pk(tenant, ns))
-            read += len(items)
-            if read > self.max_search_items:
-                raise InvalidInputError(
-                    f"a search under {plan.search_prefixes!r} reads more than "
-                    f"max_search_items={self.max_search_items} items (DynamoDB search is exact, "
-                    "over every item under the prefix): search a narrower namespace prefix, "
-                    "or raise the store's max_search_items"
-                )
+            items = yield from self._items(tenant, ns, budget, plan.search_prefixes)
+            budget -= len(items)
             for item in items:
                 stored = stored_item(tenant, ns, item, open)
                 out.searched.append(stored)
                 out.stamps[(ns, stored.key)] = item["ua"]["N"]
         return out
+
+    def _items(
+        self, tenant: str, ns: tuple[str, ...], budget: int, prefixes: Any
+    ) -> Generator[Any, Any, list[dict[str, Any]]]:
+        """Every item of a namespace (all pages), refused past ``budget`` items."""
+        params = self.calls._query_params(item_pk(tenant, ns), None)
+        items: list[dict[str, Any]] = []
+        while True:
+            resp = yield from self.calls._call("query", params)
+            items.extend(resp.get("Items") or [])
+            if len(items) > budget:
+                raise InvalidInputError(
+                    f"a search under {prefixes!r} reads more than "
+                    f"max_search_items={self.max_search_items} items (DynamoDB search is exact, "
+                    "over every item under the prefix): search a narrower namespace prefix, "
+                    "or raise the store's max_search_items"
+                )
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return items
+            params = {**params, "ExclusiveStartKey": last}
 
     # ---- writes ------------------------------------------------------------------------
 
