@@ -12,6 +12,9 @@ function's own call) and hands the operation to the driver.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -24,7 +27,7 @@ from .._core import store as core
 from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
 from .._saver_base import _Call
-from ..errors import ConfigurationError, InvalidNamespaceError
+from ..errors import ConfigurationError, DurableError, InvalidNamespaceError
 from . import _rls
 from ._store import StoreOps
 from .saver import AsyncPostgresSaver, PostgresSaver
@@ -33,12 +36,25 @@ __all__ = ["PostgresStore", "AsyncPostgresStore"]
 
 StoreTenant = Callable[[], "str | None"]
 
+_log = logging.getLogger("langgraph_durable.store")
+
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
 
 
 def _tenant_of_run() -> str | None:
     """The ``tenant_id`` of the graph run this call is part of (``configurable``), if any."""
     return tenant_from_config(var_child_runnable_config.get())
+
+
+def _interval(minutes: float | None, ttl: Any) -> float | None:
+    """The sweeper's interval in seconds (None: no sweeper)."""
+    if minutes is None and ttl:
+        minutes = ttl.get("sweep_interval_minutes")
+    if minutes is None:
+        return None
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
+        raise ConfigurationError(f"sweep_interval_minutes must be > 0, got {minutes!r}")
+    return float(minutes) * 60.0
 
 
 def _check_ttl(ttl: Any) -> dict[str, Any] | None:
@@ -96,6 +112,7 @@ class _PostgresStoreBase(BaseStore):
         tenant_signing_key: str | bytes | None = None,
     ) -> None:
         self.ttl_config = _check_ttl(ttl)  # type: ignore[assignment]
+        _interval(None, self.ttl_config)  # a bad sweep interval fails here, not in a sweeper
         self.index_config = _check_index(index)
         self.embeddings = (
             ensure_embeddings(self.index_config["embed"]) if self.index_config else None
@@ -263,8 +280,13 @@ class PostgresStore(_PostgresStoreBase):
         finally:
             store.close()
 
+    _sweeper: tuple[threading.Thread, threading.Event, concurrent.futures.Future[None]] | None = (
+        None
+    )
+
     def close(self) -> None:
-        """Close the pool the store opened (a caller's connection or pool stays open)."""
+        """Stop the TTL sweeper; close the pool the store opened (a caller's stays open)."""
+        self.stop_ttl_sweeper()
         self._saver.close()
 
     def setup(self) -> list[int]:
@@ -286,6 +308,50 @@ class PostgresStore(_PostgresStoreBase):
     def delete_namespace(self, prefix: tuple[str, ...]) -> int:
         """Delete every item of the current tenant under ``prefix``; the number deleted."""
         return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Sweep expired items (:meth:`sweep_ttl`) every ``sweep_interval_minutes``
+        (default: the ``ttl`` setting's), in a daemon thread, until
+        :meth:`stop_ttl_sweeper` or :meth:`close`. A failed sweep is logged and the
+        next one runs on time. Returns a future that is done when the sweeper stops.
+        """
+        interval = _interval(sweep_interval_minutes, self.ttl_config)
+        running = self._sweeper
+        if running is not None and not running[2].done():
+            return running[2]
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if interval is None:
+            future.set_result(None)
+            return future
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.sweep_ttl()
+                except DurableError as exc:
+                    _log.warning("the store's TTL sweep failed (next in %ss): %s", interval, exc)
+            future.set_result(None)
+
+        thread = threading.Thread(target=loop, name="langgraph-durable-ttl-sweeper", daemon=True)
+        self._sweeper = (thread, stop, future)
+        thread.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; False if it was still running after ``timeout`` seconds."""
+        running = self._sweeper
+        if running is None:
+            return True
+        thread, stop, _future = running
+        stop.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._sweeper = None
+        return True
 
     def sweep_ttl(self, *, batch: int = 1000) -> int:
         """Delete the expired items of every tenant; the number deleted.
@@ -327,8 +393,11 @@ class AsyncPostgresStore(_PostgresStoreBase):
             self._loop = asyncio.get_running_loop()
             self._saver._bind_loop()
 
+    _sweep_task: asyncio.Task[None] | None = None
+
     async def close(self) -> None:
-        """Close the pool the store opened (a caller's connection or pool stays open)."""
+        """Stop the TTL sweeper; close the pool the store opened (a caller's stays open)."""
+        await self.stop_ttl_sweeper()
         await self._saver.close()
 
     async def setup(self) -> list[int]:
@@ -353,6 +422,42 @@ class AsyncPostgresStore(_PostgresStoreBase):
         """Delete every item of the current tenant under ``prefix``; the number deleted."""
         self._bind_loop()
         return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Task[None]:
+        """Sweep expired items (:meth:`asweep_ttl`) every ``sweep_interval_minutes``
+        (default: the ``ttl`` setting's) in a task on the store's loop, until
+        :meth:`stop_ttl_sweeper` or :meth:`close` (see ``PostgresStore``)."""
+        self._bind_loop()
+        interval = _interval(sweep_interval_minutes, self.ttl_config)
+        if self._sweep_task is not None and not self._sweep_task.done():
+            return self._sweep_task
+
+        async def loop() -> None:
+            if interval is None:
+                return
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.asweep_ttl()
+                except DurableError as exc:
+                    _log.warning("the store's TTL sweep failed (next in %ss): %s", interval, exc)
+
+        self._sweep_task = asyncio.get_running_loop().create_task(loop())
+        return self._sweep_task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper task; False if it had not stopped after ``timeout`` seconds."""
+        task = self._sweep_task
+        if task is None:
+            return True
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            return False
+        self._sweep_task = None
+        return True
 
     async def asweep_ttl(self, *, batch: int = 1000) -> int:
         """Delete the expired items of every tenant (see ``PostgresStore.sweep_ttl``)."""

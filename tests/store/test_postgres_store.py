@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -452,3 +453,40 @@ def test_sweep_ttl_deletes_expired_items_of_every_tenant(pg_url: str, pg_schema:
 
         assert asyncio.run(sweep()) == 1
         assert [r[2] for r in _rows(pg_url, pg_schema)] == ["kept"]
+
+
+def _gone(pg_url: str, schema: str, seconds: float = 10.0) -> bool:
+    """Whether the schema's store rows are all gone within ``seconds`` (polled)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _rows(pg_url, schema):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_ttl_sweepers_sync_and_async(pg_url: str, pg_schema: str) -> None:
+    clock = FakeClock()
+    ttl = {"default_ttl": 1.0, "sweep_interval_minutes": 0.002}  # every 0.12 s
+    with PostgresStore.from_conn_string(pg_url, schema=pg_schema, ttl=ttl, clock=clock) as store:
+        store.setup()
+        store.put(("a",), "k", {"v": 1})
+        future = store.start_ttl_sweeper()
+        assert store.start_ttl_sweeper() is future  # one sweeper per store
+        clock.advance(61)
+        assert _gone(pg_url, pg_schema)
+        assert store.stop_ttl_sweeper(timeout=10) and future.done()
+        with pytest.raises(ConfigurationError):
+            PostgresStore(pg_url, schema=pg_schema, ttl={"sweep_interval_minutes": 0})
+
+    async def run() -> None:
+        async with AsyncPostgresStore.from_conn_string(
+            pg_url, schema=pg_schema, ttl=ttl, clock=clock
+        ) as store:
+            await store.aput(("a",), "k", {"v": 1})
+            task = await store.start_ttl_sweeper()
+            clock.advance(61)
+            assert await asyncio.to_thread(_gone, pg_url, pg_schema)
+            assert await store.stop_ttl_sweeper(timeout=10) and task.done()
+
+    asyncio.run(run())
