@@ -64,6 +64,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+#: What redis-py's ``BlockingConnectionPool`` says when no connection came in time.
+_POOL_EMPTY = "No connection available."
+
+
 def translate(exc: BaseException) -> DurableError:
     """Our error for a redis-py error."""
     if isinstance(exc, DurableError):
@@ -71,6 +75,11 @@ def translate(exc: BaseException) -> DurableError:
     text = str(exc).strip()
     if isinstance(exc, _AUTH_ERRORS):
         return StorageError(f"Redis refused the credentials: {text}")
+    if isinstance(exc, rx.ConnectionError) and text == _POOL_EMPTY:
+        return StorageUnavailableError(
+            "no Redis connection available: every connection of the saver's pool stayed "
+            "busy for pool_timeout; raise pool_size or pool_timeout"
+        )
     if isinstance(exc, _UNAVAILABLE):
         return StorageUnavailableError(f"Redis is unavailable: {text or type(exc).__name__}")
     if isinstance(exc, rx.OutOfMemoryError):
@@ -158,8 +167,13 @@ def _acked(reply: Any, acked: Any, wanted: int, timeout_ms: int) -> Any:
 
 
 def _resend(exc: BaseException) -> bool:
-    """Whether a request that failed with ``exc`` is worth sending once more."""
-    return isinstance(exc, rx.ConnectionError) and not isinstance(exc, _AUTH_ERRORS)
+    """Whether a request that failed with ``exc`` is worth sending once more (not one
+    that already waited ``pool_timeout`` for a connection)."""
+    return (
+        isinstance(exc, rx.ConnectionError)
+        and not isinstance(exc, _AUTH_ERRORS)
+        and str(exc).strip() != _POOL_EMPTY
+    )
 
 
 def _check_client(client: Any, types: tuple[type, ...], saver: str) -> None:
@@ -263,7 +277,15 @@ class SyncDriver:
         conn: A client, or a URL for which the driver opens (and owns) one.
     """
 
-    def __init__(self, conn: Any, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
+        pool_size: int = 16,
+        pool_timeout: float = 30.0,
+    ) -> None:
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
         self.owns = isinstance(conn, str)
@@ -278,11 +300,15 @@ class SyncDriver:
                         **_timeouts(),
                     )
                 else:
-                    conn = redis.Redis.from_url(
-                        url,
-                        decode_responses=False,
-                        **_retry_kwargs(redis.retry.Retry),
-                        **_timeouts(),
+                    conn = redis.Redis.from_pool(
+                        redis.BlockingConnectionPool.from_url(
+                            url,
+                            max_connections=pool_size,
+                            timeout=pool_timeout,
+                            decode_responses=False,
+                            **_retry_kwargs(redis.retry.Retry),
+                            **_timeouts(),
+                        )
                     )
             except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
                 raise _connect_error(exc) from exc
@@ -400,7 +426,15 @@ class AsyncDriver:
         conn: A client, or a URL for which the driver opens (and owns) one.
     """
 
-    def __init__(self, conn: Any, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
+        pool_size: int = 16,
+        pool_timeout: float = 30.0,
+    ) -> None:
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
         self.owns = isinstance(conn, str)
@@ -415,11 +449,15 @@ class AsyncDriver:
                         **_timeouts(),
                     )
                 else:
-                    conn = redis.asyncio.Redis.from_url(
-                        url,
-                        decode_responses=False,
-                        **_retry_kwargs(redis.asyncio.retry.Retry),
-                        **_timeouts(),
+                    conn = redis.asyncio.Redis.from_pool(
+                        redis.asyncio.BlockingConnectionPool.from_url(
+                            url,
+                            max_connections=pool_size,
+                            timeout=pool_timeout,
+                            decode_responses=False,
+                            **_retry_kwargs(redis.asyncio.retry.Retry),
+                            **_timeouts(),
+                        )
                     )
             except (rx.RedisError, rx.RedisClusterException, ValueError) as exc:
                 raise _connect_error(exc) from exc

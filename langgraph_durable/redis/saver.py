@@ -65,6 +65,11 @@ class RedisOptions:
             primary that crashes can take an acknowledged write with it when
             its replica is promoted. See ``docs/redis.md``.
         wait_timeout: Seconds ``WAIT`` may block (0.001-60).
+        pool_size: Connections of the client the saver opens from a URL of one
+            server (1-10000); a call waits for a free one.
+        pool_timeout: Seconds a call waits for a free connection of that
+            client, then ``StorageUnavailableError`` (0.001-3600). A cluster
+            client keeps redis-py's pools per node (100 connections each).
     """
 
     prefix: str = "lgd"
@@ -75,6 +80,8 @@ class RedisOptions:
     delta_chain: int = DEFAULT_MAX_CHAIN
     wait_replicas: int = 0
     wait_timeout: float = 1.0
+    pool_size: int = 16
+    pool_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         validate_prefix(self.prefix)
@@ -108,6 +115,16 @@ class RedisOptions:
         ):
             raise ConfigurationError(
                 f"wait_timeout must be a number of seconds from 0.001 to 60, got {timeout!r}"
+            )
+        _check_int("pool_size", self.pool_size, 1, 10000, "")
+        timeout = self.pool_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0.001 <= timeout <= 3600
+        ):
+            raise ConfigurationError(
+                f"pool_timeout must be a number of seconds from 0.001 to 3600, got {timeout!r}"
             )
 
     @property
@@ -183,6 +200,8 @@ class _RedisSaverBase(DurableSaverBase):
         delta_chain: int = DEFAULT_MAX_CHAIN,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        pool_size: int = 16,
+        pool_timeout: float = 30.0,
         options: RedisOptions | None = None,
         encryption: Encryption | None = None,
         redaction: Redaction | None = None,
@@ -199,6 +218,8 @@ class _RedisSaverBase(DurableSaverBase):
                 delta_chain=delta_chain,
                 wait_replicas=wait_replicas,
                 wait_timeout=wait_timeout,
+                pool_size=pool_size,
+                pool_timeout=pool_timeout,
             )
         elif not isinstance(options, RedisOptions):
             raise ConfigurationError(f"options must be a RedisOptions, got {options!r}")
@@ -208,6 +229,8 @@ class _RedisSaverBase(DurableSaverBase):
             conn,
             wait_replicas=options.wait_replicas,
             wait_timeout_ms=max(1, round(options.wait_timeout * 1000)),
+            pool_size=options.pool_size,
+            pool_timeout=options.pool_timeout,
         )
         self._init_base(
             serde,
@@ -289,9 +312,14 @@ class RedisSaver(SyncSaverMethods, _RedisSaverBase):
             default) does not wait: a crashed primary may then lose the last
             acknowledged writes when its replica takes over.
         wait_timeout: Seconds a write waits for ``wait_replicas`` (default 1).
+        pool_size: Connections of the client opened for a URL of one server
+            (default 16); a call waits for a free one.
+        pool_timeout: Seconds a call waits for a free connection of that
+            client (default 30), then ``StorageUnavailableError``.
         options: A :class:`RedisOptions`; when given it replaces the option
             arguments above (prefix, ttl, refresh_ttl_on_read, default_tenant,
-            page_size, delta_chain, wait_replicas, wait_timeout; not retention).
+            page_size, delta_chain, wait_replicas, wait_timeout, pool_size,
+            pool_timeout; not retention).
         encryption: Envelope encryption of every stored payload
             (:class:`~langgraph_durable.protect.Encryption`); None: off.
         redaction: PII redaction before anything is stored

@@ -4,6 +4,7 @@ session never releases end in our typed error after the documented timeout, neve
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import psycopg
@@ -11,7 +12,7 @@ import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import PostgresSaver
-from langgraph_durable.redis import RedisSaver
+from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
 from tests.faults.proxy import FaultProxy, step_args
 from tests.helpers import cfg, put_chain
 
@@ -91,3 +92,33 @@ def test_redis_clients_the_saver_opens_time_out_by_default(redis_url: str) -> No
     with RedisSaver.from_conn_string(redis_url) as s:
         kwargs = s._conn.client.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 5.0
+
+
+async def test_a_redis_pool_serves_more_concurrent_calls_than_it_has_connections(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """200 calls at once on 4 connections: each waits for one (redis-py's default pool
+    would refuse the 101st concurrent call instead of waiting)."""
+    async with AsyncRedisSaver.from_conn_string(redis_url, prefix=redis_prefix, pool_size=4) as s:
+        await s.aput(*step_args(0, cfg("t")))
+        got = await asyncio.gather(*(s.aget_tuple(cfg("t")) for _ in range(200)))
+        assert all(t is not None for t in got)
+        pool = s._conn.client.connection_pool
+        assert pool.max_connections == 4
+
+
+def test_an_exhausted_redis_pool_raises_after_pool_timeout(
+    redis_url: str, redis_prefix: str
+) -> None:
+    with RedisSaver.from_conn_string(
+        redis_url, prefix=redis_prefix, pool_size=1, pool_timeout=0.3
+    ) as s:
+        put_chain(s, "t", 1)
+        pool = s._conn.client.connection_pool
+        held = pool.get_connection()  # another user holds the only connection
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match="no Redis connection available"):
+            s.get_tuple(cfg("t"))
+        assert 0.25 <= time.monotonic() - started < 5
+        pool.release(held)
+        assert s.get_tuple(cfg("t")) is not None  # released: served again
