@@ -10,8 +10,9 @@ Each factory gives its saver a namespace of its own on the service named by an
 environment variable (``run_suite.py`` sets them from the test rig) and removes it
 afterwards:
 
-* ``durable_pg`` / ``durable_pg_async``: ``LGD_POSTGRES_URL``; a schema with a unique
-  name, dropped with everything in it;
+* ``durable_pg`` / ``durable_pg_async``: ``LGD_POSTGRES_URL``; a schema no other test
+  is using, its tables emptied after the test (``_Schemas``: set up once per process,
+  dropped when the process exits);
 * ``durable_redis`` / ``durable_redis_async``: ``LGD_REDIS_URL`` (a single server); a
   unique key prefix, whose keys are deleted (SCAN + UNLINK);
 * ``durable_dynamodb`` / ``durable_dynamodb_async``: ``LGD_DYNAMODB_ENDPOINT``
@@ -87,38 +88,94 @@ def _apply_strict_msgpack(saver: Any) -> None:
     apply(saver)
 
 
-@contextmanager
-def _sync_schema() -> Iterator[tuple[str, str]]:
+class _Schemas:
+    """Schemas this process has set up, emptied between tests and handed out again.
+
+    Setting a schema up (every migration) cost about a second per test, most of the
+    PostgreSQL savers' time in the suite. A test gets a schema no other test is using,
+    with every table empty (``TRUNCATE``) except the ones that hold the schema's own
+    state (its migration version and settings); a schema whose emptying fails is
+    dropped instead. Every schema is dropped when the process exits.
+    """
+
+    KEEP = ("settings", "schema_migrations", "checkpoint_migrations")  # ours, upstream's
+    free: dict[str, list[str]] = {}
+    made: list[str] = []
+
+    @classmethod
+    def take(cls, kind: str, create: Callable[[str], None]) -> str:
+        if cls.free.get(kind):
+            return cls.free[kind].pop()
+        if not cls.made:
+            import atexit
+
+            atexit.register(cls.drop_all, _postgres_url())
+        schema = _new_schema()
+        cls.made.append(schema)
+        create(schema)
+        return schema
+
+    @classmethod
+    def give_back(cls, kind: str, schema: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(_postgres_url(), autocommit=True) as conn:
+            try:
+                tables = conn.execute(
+                    "SELECT c.relname FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') "
+                    "AND NOT c.relispartition AND c.relname <> ALL(%s)",
+                    (schema, list(cls.KEEP)),
+                ).fetchall()
+                if tables:
+                    names = [sql.Identifier(schema, name) for (name,) in tables]
+                    conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(names)))
+            except psycopg.Error:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
+                return
+        cls.free.setdefault(kind, []).append(schema)
+
+    @classmethod
+    def drop_all(cls, url: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            for schema in cls.made:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
+
+
+def _create_schema(schema: str) -> None:
     import psycopg
     from psycopg import sql
 
-    url = _postgres_url()
-    schema = _new_schema()
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(_postgres_url(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def _sync_schema(kind: str = "ours") -> Iterator[tuple[str, str]]:
+    schema = _Schemas.take(kind, _create_schema)
     try:
-        yield url, schema
+        yield _postgres_url(), schema
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        _Schemas.give_back(kind, schema)
 
 
 @asynccontextmanager
-async def _async_schema() -> AsyncIterator[tuple[str, str]]:
-    import psycopg
-    from psycopg import sql
-
-    url = _postgres_url()
-    schema = _new_schema()
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+async def _async_schema(kind: str = "ours") -> AsyncIterator[tuple[str, str]]:
+    # The schema's set-up and emptying are synchronous: a few milliseconds outside a test.
+    schema = _Schemas.take(kind, _create_schema)
     try:
-        yield url, schema
+        yield _postgres_url(), schema
     finally:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-            )
+        _Schemas.give_back(kind, schema)
 
 
 def _with_search_path(url: str, schema: str) -> str:
@@ -182,15 +239,15 @@ def _rls_schema() -> Iterator[tuple[str, str]]:
 
     url = _postgres_url()
     owner, app = _RlsRoles.ensure(url)
-    schema = _new_schema()
     owner_url = make_conninfo(url, user=owner)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(
-                sql.Identifier(schema), sql.Identifier(owner)
+
+    def create(schema: str) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(
+                    sql.Identifier(schema), sql.Identifier(owner)
+                )
             )
-        )
-    try:
         with PostgresSaver.from_conn_string(
             owner_url, schema=schema, row_level_security=True, pool_size=1
         ) as saver:
@@ -198,10 +255,12 @@ def _rls_schema() -> Iterator[tuple[str, str]]:
         with psycopg.connect(owner_url, autocommit=True) as conn:
             for statement in app_role_grants(schema, app, owner):
                 conn.execute(statement)  # type: ignore[arg-type]
+
+    schema = _Schemas.take("rls", create)
+    try:
         yield make_conninfo(url, user=app), schema
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        _Schemas.give_back("rls", schema)
 
 
 @contextmanager
@@ -365,7 +424,7 @@ async def durable_dynamodb_async(**protections: Any) -> AsyncIterator[Any]:
 def upstream_pg() -> Iterator[Any]:
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    with _sync_schema() as (url, schema):
+    with _sync_schema("upstream") as (url, schema):
         with PostgresSaver.from_conn_string(_with_search_path(url, schema)) as saver:
             saver.setup()
             _apply_strict_msgpack(saver)
@@ -376,7 +435,7 @@ def upstream_pg() -> Iterator[Any]:
 async def upstream_pg_async() -> AsyncIterator[Any]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    async with _async_schema() as (url, schema):
+    async with _async_schema("upstream") as (url, schema):
         async with AsyncPostgresSaver.from_conn_string(_with_search_path(url, schema)) as saver:
             await saver.setup()
             _apply_strict_msgpack(saver)
