@@ -127,20 +127,29 @@ def test_differential_sync(server: str, redis_prefix: str, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_differential_async(server: str, redis_prefix: str, mode: str) -> None:
-    async def run(program: list) -> None:
-        async with AsyncRedisStore.from_conn_string(
-            server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
-        ) as store:
-            await arun_program(store, program)
+    tenant = {"now": ""}
+    loop = asyncio.new_event_loop()  # one loop and one client for every example
+    opened = AsyncRedisStore.from_conn_string(
+        server, tenant=lambda: tenant["now"], **_options(mode, redis_prefix)
+    )
+    store = loop.run_until_complete(opened.__aenter__())
+    try:
 
-    asyncio.run(run(COVERING_PROGRAM))
+        def run(program: list) -> None:
+            tenant["now"] = uuid.uuid4().hex  # every example starts with no items
+            loop.run_until_complete(arun_program(store, program))
 
-    @PROPERTY
-    @given(programs(8))
-    def check(program: list) -> None:
-        asyncio.run(run(program))
+        run(COVERING_PROGRAM)
 
-    check()
+        @PROPERTY
+        @given(programs(8))
+        def check(program: list) -> None:
+            run(program)
+
+        check()
+    finally:
+        loop.run_until_complete(opened.__aexit__(None, None, None))
+        loop.close()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -254,20 +263,23 @@ def test_crafted_namespaces_never_reach_another_tenant(
         a.put(("users", "u1"), "k", {"text": "apple", "secret": 1})
         a.put(("users}", "{u1}"), "k", {"text": "apple", "secret": 2})
         a.put(("x}:i:users", "u1"), "k", {"text": "apple", "secret": 3})
+        current = [""]
+        # one client for every tenant of the attack (a store whose tenant changes)
+        m = RedisStore(a.client, tenant=lambda: current[0], **opts)
         for mallory in mallories:
-            with RedisStore.from_conn_string(server, tenant=mallory, **opts) as m:
-                for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
-                    assert m.get(ns, "k") is None
-                    assert m.search(ns[:1]) == []
-                assert m.get(("users}", "{u1}"), "k") is None
-                assert m.search(()) == [] and m.search((), query="apple") == []
-                assert m.list_namespaces() == []
-                with pytest.raises(InvalidNamespaceError):  # ours, from batch
-                    m.batch([GetOp(("users.u1",), "k")])
-                with pytest.raises(InvalidNamespaceError):
-                    m.batch([PutOp(("users.u1",), "k", {"v": 1})])
-                assert m.delete_namespace(("users",)) == 0
-                m.put(("users", "u1"), "k", {"text": "mallory"})
+            current[0] = mallory
+            for ns in [("users", "u1"), (alice, "users", "u1"), (base, "users"), ("u1",)]:
+                assert m.get(ns, "k") is None
+                assert m.search(ns[:1]) == []
+            assert m.get(("users}", "{u1}"), "k") is None
+            assert m.search(()) == [] and m.search((), query="apple") == []
+            assert m.list_namespaces() == []
+            with pytest.raises(InvalidNamespaceError):  # ours, from batch
+                m.batch([GetOp(("users.u1",), "k")])
+            with pytest.raises(InvalidNamespaceError):
+                m.batch([PutOp(("users.u1",), "k", {"v": 1})])
+            assert m.delete_namespace(("users",)) == 0
+            m.put(("users", "u1"), "k", {"text": "mallory"})
         assert a.get(("users", "u1"), "k").value["secret"] == 1  # type: ignore[union-attr]
         assert a.list_namespaces() == [("users", "u1"), ("users}", "{u1}"), ("x}:i:users", "u1")]
         layout = a._store_ops.layout
@@ -541,11 +553,12 @@ def test_sweep_every_tenant_sync_and_async(server: str, redis_prefix: str) -> No
     clock = FakeClock()
     tenants = ["t1", "t{2}:x", "t%3"]  # found back from their key names
     opts: dict[str, Any] = {"prefix": redis_prefix, "clock": clock}
-    with RedisStore.from_conn_string(server, tenant="t1", **opts) as store:
+    now = ["t1"]
+    with RedisStore.from_conn_string(server, tenant=lambda: now[0], **opts) as store:
         for n, tenant in enumerate(tenants):
-            with RedisStore.from_conn_string(server, tenant=tenant, **opts) as other:
-                other.batch([PutOp(("a",), f"k{i}", {"v": i}, ttl=1.0) for i in range(n + 1)])
-                other.put(("a",), "kept", {"v": 0}, ttl=None)
+            now[0] = tenant
+            store.batch([PutOp(("a",), f"k{i}", {"v": i}, ttl=1.0) for i in range(n + 1)])
+            store.put(("a",), "kept", {"v": 0}, ttl=None)
         assert store.sweep_all_expired() == {t: 0 for t in tenants}
         clock.advance(61)
 
@@ -556,5 +569,5 @@ def test_sweep_every_tenant_sync_and_async(server: str, redis_prefix: str) -> No
         assert asyncio.run(run()) == {"t1": 1, "t{2}:x": 2, "t%3": 3}
         assert store.sweep_all_expired() == {}  # no tenant has items with a TTL now
         for tenant in tenants:
-            with RedisStore.from_conn_string(server, tenant=tenant, **opts) as other:
-                assert [i.key for i in other.search(("a",))] == ["kept"]
+            now[0] = tenant
+            assert [i.key for i in store.search(("a",))] == ["kept"]
