@@ -42,6 +42,7 @@ from ._store_keys import (
     live_namespaces,
     namespace_of_index_sk,
     shard_of,
+    stale_entries,
     stored_item,
 )
 
@@ -49,6 +50,8 @@ __all__ = ["StoreOps", "Read", "DEFAULT_MAX_SEARCH_ITEMS"]
 
 #: Items one search may read (every item under its prefix is scored in Python).
 DEFAULT_MAX_SEARCH_ITEMS = 10_000
+#: Expired entries one update removes from an index item (its expressions stay < 4 KB).
+_STALE_PER_UPDATE = 100
 #: Bytes of one transaction's actions we allow (DynamoDB's limit is 4 MB).
 _TRANSACTION_BUDGET = 3_800_000
 
@@ -66,12 +69,14 @@ class Read:
         searched: The items under the searches' prefixes.
         namespaces: The namespaces holding live items (under the listings' prefixes).
         stamps: Each item's ``ua`` as stored (a refresh applies while it is unchanged).
+        stale: Index entries of expired items, by index item key: (pk, sk) -> {name: value}.
     """
 
     found: dict[Place, core.StoredItem] = field(default_factory=dict)
     searched: list[core.StoredItem] = field(default_factory=list)
     namespaces: list[tuple[str, ...]] = field(default_factory=list)
     stamps: dict[Place, str] = field(default_factory=dict)
+    stale: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,13 @@ class StoreOps:
         heads += [core.listing_prefix(plan.ops[i]) for i in plan.listings]  # type: ignore[arg-type]
         if not heads:
             return out
-        live = live_namespaces((yield from self._index(tenant, heads)), now)
+        index = yield from self._index(tenant, heads)
+        live = live_namespaces(index, now)
         out.namespaces = live
+        for item in index:
+            stale = stale_entries(item, now)
+            if stale:
+                out.stale[(item["pk"]["S"], item["sk"]["S"])] = stale
         budget = self.max_search_items
         for ns in live:
             if not any(core.under(ns, p) for p in plan.search_prefixes):
@@ -321,6 +331,30 @@ class StoreOps:
         for chunk in transactions:
             yield from self._transact(tenant, chunk)
         return len(transactions)
+
+    def drop_stale(self, stale: dict[tuple[str, str], dict[str, Any]]) -> Generator[Any, Any, None]:
+        """Remove the index entries of expired items a read saw, each index item's while
+        they are as read (a put meanwhile keeps its entry): conditional updates, 100 per
+        TransactWriteItems, a failed condition drops its index item until a later read."""
+        actions = []
+        for (pk, sk), entries in stale.items():
+            chosen = list(entries.items())[:_STALE_PER_UPDATE]
+            names = {f"#e{i}": name for i, (name, _) in enumerate(chosen)}
+            values = {f":e{i}": value for i, (_, value) in enumerate(chosen)}
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": {"pk": S(pk), "sk": S(sk)},
+                        "UpdateExpression": "REMOVE " + ", ".join(names),
+                        "ConditionExpression": " AND ".join(f"{n} = :{n[1:]}" for n in names),
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            )
+        yield from self.calls._transact_updates(actions)
+        return None
 
     # ---- deleting a namespace --------------------------------------------------------
 

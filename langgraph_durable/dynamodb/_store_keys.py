@@ -50,6 +50,7 @@ __all__ = [
     "entry_name",
     "key_of_entry",
     "live_namespaces",
+    "stale_entries",
     "item_identity",
     "vectors_identity",
     "stored_item",
@@ -169,6 +170,18 @@ def live_entries(item: Mapping[str, Any], now: float) -> list[str]:
         expiry = float(value["N"])
         if expiry == NEVER or core.is_live(expiry, now):
             out.append(key)
+    return out
+
+
+def stale_entries(item: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The entries of an index item whose items have expired at ``now`` (name: value)."""
+    out = {}
+    for name, value in item.items():
+        if key_of_entry(name) is None:
+            continue
+        expiry = float(value["N"])
+        if expiry != NEVER and not core.is_live(expiry, now):
+            out[name] = value
     return out
 
 

@@ -126,6 +126,8 @@ class _DynamoDBStoreBase(BaseStore):
             writes = core.item_writes(plan, now, by_item)
             if writes or refreshes:
                 yield from ops.write(tenant, now, writes, refreshes, read.stamps, pipeline.seal)
+            if read.stale:  # entries of expired items the reads saw (DynamoDB's TTL keeps them)
+                yield from ops.drop_stale(read.stale)
             return results
 
         call = _Call(tenant, lambda: Operation(steps()), write=bool(plan.puts), opens=plan.reads)

@@ -435,3 +435,41 @@ def test_a_graph_remembers_in_one_thread_and_recalls_in_another(client: Any, tab
         out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
         assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
         assert store.search(("memories",)) == []  # outside a run: the default tenant
+
+
+def test_entries_of_expired_items_go_when_read_unless_put_again_meanwhile(
+    client: Any, dynamodb_endpoint: str, table: str
+) -> None:
+    tenant, clock, ttl = uuid.uuid4().hex, FakeClock(), {"default_ttl": 1.0}
+    other = make_client(dynamodb_endpoint)
+
+    def entries() -> list[str]:
+        index = [i for i in raw_items(client, table) if i["pk"]["S"] == f"{tenant}##n"]
+        return sorted(name for i in index for name in i if name.startswith("k"))
+
+    with (
+        DynamoDBStore(client, table=table, tenant=tenant, ttl=ttl, clock=clock) as store,
+        DynamoDBStore(other, table=table, tenant=tenant, ttl=ttl, clock=clock) as writer,
+    ):
+        store.put(("a",), "k", {"v": 1})
+        store.put(("b",), "j", {"v": 1})
+        assert entries() == ["kj", "kk"]
+        clock.advance(61)
+        assert store.list_namespaces() == []  # expired: never listed; their entries dropped
+        assert entries() == []
+        store.put(("a",), "k", {"v": 1})
+        clock.advance(61)
+        fired = []
+
+        def put_meanwhile(**_: Any) -> None:
+            if not fired:  # after the listing's read, before its entries are dropped
+                fired.append(1)
+                writer.put(("a",), "k", {"v": 2})
+
+        client.meta.events.register("before-call.dynamodb.TransactWriteItems", put_meanwhile)
+        try:
+            assert store.list_namespaces() == []
+        finally:
+            client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", put_meanwhile)
+        assert fired and store.list_namespaces() == [("a",)]  # the new put's entry stayed
+        assert entries() == ["kk"]
