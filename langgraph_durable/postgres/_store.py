@@ -180,12 +180,18 @@ class StoreOps:
         indexed: bool = False,
         writes: Sequence[core.ItemWrite] = (),
         seal: Callable[[RecordIdentity, Any], Sealed] | None = None,
+        fetched: list[Any] | None = None,
     ) -> Generator[Any, Any, Read]:
         """Read a batch's items (opened) and live namespaces.
 
         With ``writes`` (and ``seal``), the batch's writes go in the same statement,
         as data-modifying CTEs: its reads still see the store as it was before the
         statement (PostgreSQL's snapshot rule), as a batch's reads must.
+
+        ``fetched`` keeps the rows across attempts of one batch: when opening them
+        needs a data-key version not loaded yet, the caller loads it and runs the
+        batch again, which opens the same rows instead of sending the statement (and
+        its writes) twice.
         """
         query = self.read_query(tenant, plan, now, indexed)
         if query is None:
@@ -195,7 +201,12 @@ class StoreOps:
             assert seal is not None
             ctes, params = self._write_ctes(tenant, now, writes, (), seal)
             query = Query(f"{ctes} {query.sql}", {**params, **dict(query.params)}, "all")
-        rows = yield query
+        if fetched:
+            rows = fetched[0]
+        else:
+            rows = yield query
+            if fetched is not None:
+                fetched.append(rows)
         found: dict[tuple[tuple[str, ...], str], core.StoredItem] = {}
         searched: dict[tuple[str, str], core.StoredItem] = {}
         namespaces: list[tuple[str, ...]] = []

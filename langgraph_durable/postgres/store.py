@@ -187,6 +187,7 @@ class _PostgresStoreBase(BaseStore):
         by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
+        fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
@@ -197,7 +198,7 @@ class _PostgresStoreBase(BaseStore):
             # back hex-encoded; two statements keep the reads binary.
             along = () if saver._ops.row_level_security else writes
             read = yield from ops.read(
-                tenant, plan, now, pipeline.open, indexed, along, pipeline.seal
+                tenant, plan, now, pipeline.open, indexed, along, pipeline.seal, fetched
             )
             results, refreshes = core.answer(
                 plan, read.found, read.searched, read.namespaces, now, by_query

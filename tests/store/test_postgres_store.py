@@ -26,7 +26,7 @@ from psycopg import sql
 from langgraph_durable._core import store as core
 from langgraph_durable.errors import ConfigurationError, DecryptionError, InvalidNamespaceError
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
-from langgraph_durable.protect import Redaction
+from langgraph_durable.protect import Encryption, LocalKeyring, Redaction
 from tests.encryption_helpers import canary_forms, local_encryption
 from tests.store.differential import (
     COVERING_PROGRAM,
@@ -490,3 +490,39 @@ def test_ttl_sweepers_sync_and_async(pg_url: str, pg_schema: str) -> None:
             assert await store.stop_ttl_sweeper(timeout=10) and task.done()
 
     asyncio.run(run())
+
+
+def test_a_key_version_loaded_mid_batch_neither_repeats_the_writes_nor_shows_them(
+    pg_url: str, schema: str
+) -> None:
+    """A batch whose read meets a data-key version another process made loads it and
+    opens the same rows again: its writes are sent once, its reads still see the store
+    as it was before the batch."""
+    secret = os.urandom(32)
+    tenant = uuid.uuid4().hex
+    ns = ("keys",)
+    mine = Encryption(LocalKeyring({"k1": secret}, "k1"))
+    theirs = Encryption(LocalKeyring({"k1": secret}, "k1"), max_key_uses=1)
+    with (
+        PostgresStore.from_conn_string(pg_url, schema=schema, tenant=tenant, encryption=mine) as a,
+        PostgresStore.from_conn_string(
+            pg_url, schema=schema, tenant=tenant, encryption=theirs
+        ) as b,
+    ):
+        a.put(ns, "x", {"v": 1})  # a has loaded the tenant's first data key
+        for i in range(3):
+            b.put(ns, f"y{i}", {"v": i})  # b seals each under a new version
+        sent: list[str] = []
+        connector = a._saver._conn
+        run_one = connector.run_one
+
+        def counting(q: Any) -> Any:
+            sent.append(q.sql)
+            return run_one(q)
+
+        connector.run_one = counting
+        got = a.batch([GetOp(ns, "y2"), GetOp(ns, "x"), PutOp(ns, "x", {"v": 3})])
+        assert got[0].value == {"v": 2}
+        assert got[1].value == {"v": 1}  # not the batch's own write
+        assert sum("INSERT INTO" in q for q in sent) == 1  # the writes went once
+        assert a.get(ns, "x").value == {"v": 3}  # type: ignore[union-attr]
