@@ -286,9 +286,9 @@ def test_search_limit_and_errors_raised(client: Any, table: str) -> None:
         DynamoDBStore.from_conn_string(f"dynamodb://{table}?ttl=60").__enter__()
 
 
-def test_delete_namespace_sync_and_async(client: Any, table: str) -> None:
+def test_delete_namespace_sync_and_async(client: Any, dynamodb_endpoint: str, table: str) -> None:
     tenant = uuid.uuid4().hex
-    with DynamoDBStore(client, table=table, tenant=tenant) as store:
+    with DynamoDBStore.from_conn_string(_url(dynamodb_endpoint, table), tenant=tenant) as store:
         for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("ab",), ("a-b",), ("b", "a")]:
             store.put(ns, "k", {"v": 1})
         store.put(("a", "b"), "k2", {"v": 2})
