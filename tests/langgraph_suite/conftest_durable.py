@@ -30,6 +30,13 @@ docs/security.md: a migration role (made per process) owns the schema and runs
 per process) that owns nothing and may only do what ``app_role_grants`` allows. Both
 roles are dropped when the process exits.
 
+``durable_store_pg``, ``durable_store_redis``, ``durable_store_dynamodb`` and their
+``_async`` twins are our stores (``BaseStore``) for the suite's ``sync_store`` and
+``async_store`` fixtures, each on a schema / key prefix / table of its own as the
+savers above (``*_STORE_FACTORIES``); they take the store's options, so that
+``store_adapter.py`` makes the stores of the store tests of ``langgraph-checkpoint`` and
+``langgraph-checkpoint-postgres`` with them too.
+
 ``upstream_pg`` / ``upstream_pg_async`` run the stock ``langgraph-checkpoint-postgres``
 savers through the same plumbing (confined to the schema via ``search_path``), as a
 baseline for our own results.
@@ -442,6 +449,74 @@ async def upstream_pg_async() -> AsyncIterator[Any]:
             yield saver
 
 
+# --- our stores (BaseStore) -------------------------------------------------------
+# Each takes the store's options (index=, ttl=, ...) so that the adapter for the store
+# tests of langgraph-checkpoint / langgraph-checkpoint-postgres (store_adapter.py) can
+# make the stores those tests ask for.
+
+
+@contextmanager
+def durable_store_pg(**options: Any) -> Iterator[Any]:
+    from langgraph_durable.postgres import PostgresStore
+
+    with _sync_schema() as (url, schema):
+        with PostgresStore.from_conn_string(url, schema=schema, **options) as store:
+            store.setup()
+            yield store
+
+
+@asynccontextmanager
+async def durable_store_pg_async(**options: Any) -> AsyncIterator[Any]:
+    from langgraph_durable.postgres import AsyncPostgresStore
+
+    async with _async_schema() as (url, schema):
+        async with AsyncPostgresStore.from_conn_string(url, schema=schema, **options) as store:
+            await store.setup()
+            yield store
+
+
+@contextmanager
+def durable_store_redis(**options: Any) -> Iterator[Any]:
+    from langgraph_durable.redis import RedisStore
+
+    with _redis_prefix() as (url, prefix):
+        with RedisStore.from_conn_string(url, prefix=prefix, **options) as store:
+            store.setup()
+            yield store
+
+
+@asynccontextmanager
+async def durable_store_redis_async(**options: Any) -> AsyncIterator[Any]:
+    from langgraph_durable.redis import AsyncRedisStore
+
+    with _redis_prefix() as (url, prefix):
+        async with AsyncRedisStore.from_conn_string(url, prefix=prefix, **options) as store:
+            await store.setup()
+            yield store
+
+
+@contextmanager
+def durable_store_dynamodb(**options: Any) -> Iterator[Any]:
+    from langgraph_durable.dynamodb import DynamoDBStore
+
+    with _dynamodb_table() as (conn_string, client):
+        with DynamoDBStore.from_conn_string(conn_string, client=client, **options) as store:
+            store.setup()
+            yield store
+
+
+@asynccontextmanager
+async def durable_store_dynamodb_async(**options: Any) -> AsyncIterator[Any]:
+    from langgraph_durable.dynamodb import AsyncDynamoDBStore
+
+    with _dynamodb_table() as (conn_string, client):
+        async with AsyncDynamoDBStore.from_conn_string(
+            conn_string, client=client, **options
+        ) as store:
+            await store.setup()
+            yield store
+
+
 # Names added to the suite's fixture parameter lists; each appears in the ids of the
 # tests it runs. run_suite.py builds -k expressions that tell apart names containing
 # one another (durable_pg / durable_pg_async).
@@ -477,6 +552,31 @@ SERVICE_OF: dict[str, str] = {
 SYNC_NAMES = tuple(SYNC_FACTORIES)
 ASYNC_NAMES = tuple(ASYNC_FACTORIES)
 
+# Names added to the suite's ``sync_store`` / ``async_store`` fixtures. No saver name is
+# a substring of one of them (``-k`` matches substrings), and all share ``durable_store_``.
+SYNC_STORE_FACTORIES: dict[str, Callable[..., AbstractContextManager[Any]]] = {
+    "durable_store_pg": durable_store_pg,
+    "durable_store_redis": durable_store_redis,
+    "durable_store_dynamodb": durable_store_dynamodb,
+}
+ASYNC_STORE_FACTORIES: dict[str, Callable[..., AbstractAsyncContextManager[Any]]] = {
+    "durable_store_pg_async": durable_store_pg_async,
+    "durable_store_redis_async": durable_store_redis_async,
+    "durable_store_dynamodb_async": durable_store_dynamodb_async,
+}
+SERVICE_OF.update(
+    {
+        "durable_store_pg": "postgres",
+        "durable_store_pg_async": "postgres",
+        "durable_store_redis": "redis",
+        "durable_store_redis_async": "redis",
+        "durable_store_dynamodb": "dynamodb",
+        "durable_store_dynamodb_async": "dynamodb",
+    }
+)
+SYNC_STORE_NAMES = tuple(SYNC_STORE_FACTORIES)
+ASYNC_STORE_NAMES = tuple(ASYNC_STORE_FACTORIES)
+
 
 def sync_checkpointer_for(name: str) -> AbstractContextManager[Any]:
     return SYNC_FACTORIES[name]()
@@ -484,3 +584,11 @@ def sync_checkpointer_for(name: str) -> AbstractContextManager[Any]:
 
 def async_checkpointer_for(name: str) -> AbstractAsyncContextManager[Any]:
     return ASYNC_FACTORIES[name]()
+
+
+def sync_store_for(name: str) -> AbstractContextManager[Any]:
+    return SYNC_STORE_FACTORIES[name]()
+
+
+def async_store_for(name: str) -> AbstractAsyncContextManager[Any]:
+    return ASYNC_STORE_FACTORIES[name]()

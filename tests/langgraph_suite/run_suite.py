@@ -12,8 +12,10 @@ script:
    that the *installed* ``langgraph`` is the one under test;
 3. copies ``conftest_durable.py`` (next to this file) into that ``tests/`` package and
    patches the suite's ``tests/conftest.py`` so that its ``sync_checkpointer`` and
-   ``async_checkpointer`` fixtures also take our saver names and dispatch them to
-   ``conftest_durable``;
+   ``async_checkpointer`` fixtures also take our saver names, and its ``sync_store`` and
+   ``async_store`` fixtures our store names (``durable_store_pg``, ...), and dispatch
+   them to ``conftest_durable``. Our stores run only with the in-memory checkpointer
+   (``memory``), our savers only with the suite's in-memory store;
 4. runs pytest there with ``NO_DOCKER=true``, ``-k`` selecting the chosen savers, on the
    test files that use those fixtures, and exits with pytest's code (except that "no
    tests collected" is a failure);
@@ -29,6 +31,7 @@ Usage (from the repository root, with the project's virtualenv)::
     python tests/langgraph_suite/run_suite.py --saver durable_pg   # sync PG saver only
     python tests/langgraph_suite/run_suite.py --saver durable_pg_all  # ... every protection on
     python tests/langgraph_suite/run_suite.py --saver upstream     # stock savers (baseline)
+    python tests/langgraph_suite/run_suite.py --saver durable_pg --store redis  # + Redis stores
     python tests/langgraph_suite/run_suite.py --files test_pregel.py --extra-k interrupt
     python tests/langgraph_suite/run_suite.py -- -x --lf           # after "--": to pytest
 
@@ -67,8 +70,9 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
 DEFAULT_CACHE = REPO_ROOT / ".lgd" / "langgraph-suite"
 
-# The suite's fixtures that take a checkpointer; a test file is run when it uses one.
-FIXTURES = ("sync_checkpointer", "async_checkpointer")
+# The suite's fixtures that take a checkpointer or a store; a test file is run when it
+# uses one.
+FIXTURES = ("sync_checkpointer", "async_checkpointer", "sync_store", "async_store")
 ALIASES = {
     "durable": (
         "durable_pg",
@@ -87,6 +91,22 @@ ALIASES = {
     "protected": ("durable_pg_all", "durable_redis_all_async", "durable_dynamodb_all_async"),
     "upstream": ("upstream_pg", "upstream_pg_async"),
 }
+STORE_ALIASES = {
+    "durable": (
+        "durable_store_pg",
+        "durable_store_pg_async",
+        "durable_store_redis",
+        "durable_store_redis_async",
+        "durable_store_dynamodb",
+        "durable_store_dynamodb_async",
+    ),
+    "postgres": ("durable_store_pg", "durable_store_pg_async"),
+    "redis": ("durable_store_redis", "durable_store_redis_async"),
+    "dynamodb": ("durable_store_dynamodb", "durable_store_dynamodb_async"),
+    "none": (),
+}
+#: The one checkpointer our stores run with (the suite's in-memory saver).
+STORE_CHECKPOINTER = "memory"
 REQUIRED_MODULES = {
     "pytest_mock": "pytest-mock",
     "syrupy": "syrupy",
@@ -182,9 +202,13 @@ def unpack(sdist: Path, workdir: Path) -> None:
 IMPORT_LINE = (
     "from tests.conftest_durable import (\n"
     "    ASYNC_NAMES as _LGD_ASYNC_NAMES,\n"
+    "    ASYNC_STORE_NAMES as _LGD_ASYNC_STORE_NAMES,\n"
     "    SYNC_NAMES as _LGD_SYNC_NAMES,\n"
+    "    SYNC_STORE_NAMES as _LGD_SYNC_STORE_NAMES,\n"
     "    async_checkpointer_for as _lgd_async_checkpointer_for,\n"
+    "    async_store_for as _lgd_async_store_for,\n"
     "    sync_checkpointer_for as _lgd_sync_checkpointer_for,\n"
+    "    sync_store_for as _lgd_sync_store_for,\n"
     ")\n"
 )
 DISPATCH = {
@@ -200,8 +224,25 @@ DISPATCH = {
         "        yield checkpointer\n"
         "    return\n"
     ),
+    "sync_store": (
+        "if request.param in _LGD_SYNC_STORE_NAMES:\n"
+        "    with _lgd_sync_store_for(request.param) as store:\n"
+        "        yield store\n"
+        "    return\n"
+    ),
+    "async_store": (
+        "if request.param in _LGD_ASYNC_STORE_NAMES:\n"
+        "    async with _lgd_async_store_for(request.param) as store:\n"
+        "        yield store\n"
+        "    return\n"
+    ),
 }
-NAMES_VAR = {"sync_checkpointer": "_LGD_SYNC_NAMES", "async_checkpointer": "_LGD_ASYNC_NAMES"}
+NAMES_VAR = {
+    "sync_checkpointer": "_LGD_SYNC_NAMES",
+    "async_checkpointer": "_LGD_ASYNC_NAMES",
+    "sync_store": "_LGD_SYNC_STORE_NAMES",
+    "async_store": "_LGD_ASYNC_STORE_NAMES",
+}
 
 
 def _offset(lines: list[str], lineno: int, col: int) -> int:
@@ -213,7 +254,8 @@ def _offset(lines: list[str], lineno: int, col: int) -> int:
 
 
 def patch_conftest(path: Path) -> None:
-    """Add our names to the checkpointer fixtures' params and dispatch them to our module.
+    """Add our names to the checkpointer and store fixtures' params and dispatch them to
+    our module.
 
     Works on the syntax tree, so formatting changes upstream do not matter; anything
     structural it does not find (a fixture, its ``params=``, the ``request`` argument)
@@ -233,7 +275,7 @@ def patch_conftest(path: Path) -> None:
         func = functions.get(fixture)
         if func is None:
             raise SuiteError(f"{path.name}: fixture {fixture!r} not found")
-        want_async = fixture == "async_checkpointer"
+        want_async = fixture.startswith("async_")
         if isinstance(func, ast.AsyncFunctionDef) != want_async:
             raise SuiteError(f"{path.name}: {fixture!r} is not {'async ' * want_async}def")
         if "request" not in [a.arg for a in func.args.args]:
@@ -380,30 +422,52 @@ def _load_rig() -> ModuleType:
 # --- running --------------------------------------------------------------------
 
 
-def keyword_expr(chosen: list[str], all_names: list[str]) -> str:
-    """-k expression matching exactly the chosen saver names.
+def keyword_expr(
+    chosen: list[str],
+    all_names: list[str],
+    stores: list[str] | None = None,
+    all_stores: list[str] | None = None,
+) -> str:
+    """-k expression matching exactly the chosen saver names, and the chosen stores.
 
     -k matches substrings, so for each chosen name exclude the known names that contain
-    it (``durable_pg`` would otherwise also select ``durable_pg_async``)."""
+    it (``durable_pg`` would otherwise also select ``durable_pg_async``). Our savers
+    run with the suite's stores (``in_memory``), never with ours; our stores run only
+    with the in-memory checkpointer (``STORE_CHECKPOINTER``), or alone in the tests
+    that take a store and no checkpointer."""
+    stores, all_stores = stores or [], all_stores or []
+    not_ours = ["not durable_store_"] if all_stores else []
     terms = []
     for name in chosen:
         longer = [n for n in all_names if n != name and name in n]
-        terms.append(" and ".join([name] + [f"not {n}" for n in longer]))
+        terms.append(" and ".join([name] + [f"not {n}" for n in longer] + not_ours))
+    # Every checkpointer but the in-memory one has a name that is not a substring of
+    # a store name and that "memory" does not contain: exclude them by name.
+    others = sorted({"sqlite", "postgres", "redis", *all_names} - {STORE_CHECKPOINTER})
+    for name in stores:
+        longer = [n for n in all_stores if n != name and name in n]
+        excluded = [n for n in others if n not in name]
+        terms.append(" and ".join([name] + [f"not {n}" for n in longer + excluded]))
     return " or ".join(f"({t})" for t in terms)
 
 
-def resolve_savers(requested: list[str] | None, all_names: list[str]) -> list[str]:
+def resolve_savers(
+    requested: list[str] | None,
+    all_names: list[str],
+    aliases: dict[str, tuple[str, ...]] = ALIASES,
+    what: str = "saver",
+) -> list[str]:
     chosen: list[str] = []
     for item in requested or ["durable"]:
         if item == "all":
             names = list(all_names)
         else:
-            names = list(ALIASES.get(item, (item,)))
+            names = list(aliases.get(item, (item,)))
         for name in names:
             if name not in all_names:
                 raise SuiteError(
-                    f"unknown saver {name!r}; known: {', '.join(all_names)}, "
-                    f"or {', '.join(ALIASES)}, all"
+                    f"unknown {what} {name!r}; known: {', '.join(all_names)}, "
+                    f"or {', '.join(aliases)}, all"
                 )
             if name not in chosen:
                 chosen.append(name)
@@ -502,11 +566,12 @@ def rerun_failed(
 
 
 def format_summary(counts: dict[str, dict[str, float]], savers: list[str]) -> list[str]:
-    lines = [f"{'saver':24s} {'tests':>6s} {'passed':>6s} {'failed':>6s} {'skipped':>7s} test-s"]
+    head = f"{'saver / store':28s} {'tests':>6s} {'passed':>6s} {'failed':>6s} {'skipped':>7s}"
+    lines = [f"{head} test-s"]
     for saver in savers:
         row = counts.get(saver, {})
         lines.append(
-            f"{saver:24s} {int(row.get('tests', 0)):6d} {int(row.get('passed', 0)):6d} "
+            f"{saver:28s} {int(row.get('tests', 0)):6d} {int(row.get('passed', 0)):6d} "
             f"{int(row.get('failed', 0)):6d} {int(row.get('skipped', 0)):7d} "
             f"{row.get('seconds', 0.0):6.0f}"
         )
@@ -551,6 +616,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "durable_dynamodb_all_async; the stock upstream_pg, upstream_pg_async; or the "
         "groups 'durable' (default: all of ours), 'postgres', 'redis', 'dynamodb', "
         "'protected', 'upstream', 'all'",
+    )
+    parser.add_argument(
+        "--store",
+        action="append",
+        metavar="NAME",
+        help="store to run in the tests that take a store (sync_store / async_store; "
+        "repeatable), with the in-memory checkpointer: durable_store_pg, "
+        "durable_store_pg_async, durable_store_redis, durable_store_redis_async, "
+        "durable_store_dynamodb, durable_store_dynamodb_async, or the groups 'durable', "
+        "'postgres', 'redis', 'dynamodb', 'none'. Default: all of ours when --saver is "
+        "not given, else none",
     )
     parser.add_argument(
         "--files",
@@ -607,9 +683,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     factories = load_factories()
     all_names = [*factories.SYNC_NAMES, *factories.ASYNC_NAMES]
+    all_stores = [*factories.SYNC_STORE_NAMES, *factories.ASYNC_STORE_NAMES]
     try:
         savers = resolve_savers(args.saver, all_names)
-        check_dependencies({factories.SERVICE_OF[saver] for saver in savers})
+        stores = resolve_savers(
+            args.store or (["none"] if args.saver else ["durable"]),
+            all_stores,
+            STORE_ALIASES,
+            "store",
+        )
+        check_dependencies({factories.SERVICE_OF[name] for name in savers + stores})
         version = args.langgraph_version or metadata.version("langgraph")
         cache = args.cache_dir.resolve()
         cache.mkdir(parents=True, exist_ok=True)
@@ -639,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
             log("ERROR: no test file uses a checkpointer fixture")
             return 2
 
-        kexpr = keyword_expr(savers, all_names)
+        kexpr = keyword_expr(savers, all_names, stores, all_stores)
         if args.extra_k:
             kexpr = f"({kexpr}) and ({args.extra_k})"
         cmd = [sys.executable, "-m", "pytest", "-p", "no:asyncio", "-p", "no:cacheprovider"]
@@ -654,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd += [f"tests/{f}" for f in files]
         cmd += passthrough
 
-        with services_for(savers, factories.SERVICE_OF) as service_env:
+        with services_for(savers + stores, factories.SERVICE_OF) as service_env:
             env = {**os.environ, **service_env}
             env["NO_DOCKER"] = "true"
             # Our package from this checkout, after the suite's own paths.
@@ -662,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
                 p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p
             )
             log(f"langgraph {version}; savers: {', '.join(savers)}")
+            if stores:
+                log(f"stores (with the {STORE_CHECKPOINTER} checkpointer): {', '.join(stores)}")
             log(f"files: {' '.join(files)}")
             log(f"work dir: {workdir}")
             log("running: " + " ".join(cmd[1:]))
@@ -671,14 +756,15 @@ def main(argv: list[str] | None = None) -> int:
             if code == 5:
                 log("ERROR: pytest collected no test for the chosen savers")
                 return 1
-            counts = summarise_junit(junit, savers) if junit.exists() else {}
+            names = savers + stores
+            counts = summarise_junit(junit, names) if junit.exists() else {}
             failed = failed_node_ids(junit, workdir) if code == 1 and junit.exists() else []
             if failed and len(failed) <= RERUN_MAX:
-                code, rerun = rerun_failed(cmd[:3], workdir, failed, savers, env)
+                code, rerun = rerun_failed(cmd[:3], workdir, failed, names, env)
                 counts = merge_rerun(counts, rerun)
-        for line in format_summary(counts, savers):
+        for line in format_summary(counts, names):
             log(line)
-        idle = [saver for saver in savers if not counts.get(saver, {}).get("tests")]
+        idle = [name for name in names if not counts.get(name, {}).get("tests")]
         if code == 0 and idle:
             log(f"ERROR: no test ran for {', '.join(idle)}")
             return 1
