@@ -42,16 +42,30 @@ def _ttl_text(ttl_minutes: float | None) -> str:
     return "" if ttl_minutes is None else repr(float(ttl_minutes))
 
 
-def item_identity(tenant: str, prefix: str, key: str, ttl_minutes: float | None) -> RecordIdentity:
-    """The identity an item's value is sealed under (its TTL bound as a clear field)."""
+def item_identity(
+    tenant: str,
+    prefix: str,
+    key: str,
+    ttl_minutes: float | None,
+    updated_at: float,
+    has_vectors: bool,
+) -> RecordIdentity:
+    """The identity an item's value is sealed under.
+
+    Besides tenant, namespace and key it binds the clear fields stored beside it
+    that a read trusts: the TTL, the write's time (``updated_at``: the order of a
+    search) and whether embeddings go with it (so they cannot be stripped).
+    """
+    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
+    return RecordIdentity(tenant, "", prefix, RecordKind.STORE_ITEM, key=key, extra=extra)
+
+
+def vectors_identity(tenant: str, prefix: str, key: str, updated_at: float) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under (bound to the write's time,
+    so an older write's embeddings do not open beside a newer value)."""
     return RecordIdentity(
-        tenant, "", prefix, RecordKind.STORE_ITEM, key=key, extra=_ttl_text(ttl_minutes)
+        tenant, "", prefix, RecordKind.STORE_VECTORS, key=key, extra=repr(float(updated_at))
     )
-
-
-def vectors_identity(tenant: str, prefix: str, key: str) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under."""
-    return RecordIdentity(tenant, "", prefix, RecordKind.STORE_VECTORS, key=key)
 
 
 def _bounds(
@@ -257,9 +271,10 @@ class StoreOps:
         cols: dict[str, list[Any]] = {n: [] for n in ("pp", "pk", "vt", "v", "wt", "w", "tt", "te")}
         for w in puts:
             prefix = core.ns_text(w.namespace)
-            value = seal(item_identity(tenant, prefix, w.key, w.ttl_minutes), w.value)
+            identity = item_identity(tenant, prefix, w.key, w.ttl_minutes, now, bool(w.vectors))
+            value = seal(identity, w.value)
             vectors = (
-                seal(vectors_identity(tenant, prefix, w.key), w.vectors)
+                seal(vectors_identity(tenant, prefix, w.key, now), w.vectors)
                 if w.vectors
                 else _NO_VECTORS
             )
@@ -337,14 +352,15 @@ def _stored(
     tenant: str, row: Sequence[Any], open: Callable[[RecordIdentity, Sealed], Any]
 ) -> core.StoredItem:
     (_part, prefix, key, vtype, value, wtype, vectors, created, updated, ttl, expiry) = row
-    opened = open(item_identity(tenant, prefix, key, ttl), Sealed(vtype, bytes(value)))
+    identity = item_identity(tenant, prefix, key, ttl, updated, bool(wtype))
+    opened = open(identity, Sealed(vtype, bytes(value)))
     if not isinstance(opened, dict):
         raise CorruptRecordError(
             f"store item {key!r} of namespace {prefix!r} (tenant {tenant!r}) does not hold a dict"
         )
     vecs: Mapping[str, Any] = {}
     if wtype:
-        vecs = open(vectors_identity(tenant, prefix, key), Sealed(wtype, bytes(vectors)))
+        vecs = open(vectors_identity(tenant, prefix, key, updated), Sealed(wtype, bytes(vectors)))
     return core.StoredItem(
         core.ns_from_text(prefix),
         key,

@@ -526,3 +526,49 @@ def test_a_key_version_loaded_mid_batch_neither_repeats_the_writes_nor_shows_the
         assert got[1].value == {"v": 1}  # not the batch's own write
         assert sum("INSERT INTO" in q for q in sent) == 1  # the writes went once
         assert a.get(ns, "x").value == {"v": 3}  # type: ignore[union-attr]
+
+
+def test_altered_clear_fields_do_not_open(pg_url: str, schema: str) -> None:
+    """With encryption on, what a read trusts beside the ciphertext is bound to it: the
+    write's time (search order), the TTL, and the embeddings that go with the value."""
+    tenant = uuid.uuid4().hex
+    table = sql.SQL("{}.store_items").format(sql.Identifier(schema))
+
+    def alter(assignment: str, key: str, params: tuple[Any, ...] = ()) -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET " + assignment + " WHERE tenant_id = %s AND key = %s"
+                ).format(table),
+                (*params, tenant, key),
+            )
+
+    def stored(key: str, column: str) -> Any:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            query = sql.SQL("SELECT {} FROM {} WHERE tenant_id = %s AND key = %s").format(
+                sql.Identifier(column), table
+            )
+            row = conn.execute(query, (tenant, key)).fetchone()
+            assert row is not None
+            return row[0]
+
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=tenant, **_options("encrypted")
+    ) as store:
+        store.put(("n",), "newer", {"text": "apple"}, index=False)  # no embeddings
+        store.put(("n",), "ttl", {"text": "apple"}, ttl=5.0)
+        store.put(("n",), "bare", {"text": "apple"})
+        store.put(("o",), "old", {"text": "apple"})
+        alter("updated_at = updated_at + 1000", "newer")
+        alter("ttl_minutes = 50000", "ttl")
+        alter("vectors_type = '', vectors = ''", "bare")
+        old_vectors = stored("old", "vectors")
+        store.put(("o",), "old", {"text": "river"})
+        alter("vectors = %s", "old", (old_vectors,))
+        for key in ("newer", "ttl", "bare"):
+            with pytest.raises(DecryptionError):
+                store.get(("n",), key)
+        with pytest.raises(DecryptionError):
+            store.get(("o",), "old")  # the replayed embeddings of an older write
+        with pytest.raises(DecryptionError):
+            store.search(("o",), query="apple")
