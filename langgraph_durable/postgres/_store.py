@@ -3,19 +3,20 @@
 Items live in ``store_items`` (migration 9, see ``_schema``): one row per
 (tenant, namespace, key), the namespace as its labels joined by ``.`` (labels
 cannot hold one) under the C collation, so the namespaces under a prefix are one
-range of the primary key. The value and the vectors are sealed by the record
+range of the primary key. The value and the embeddings are sealed by the record
 pipeline (redaction, serialization, encryption bound to the tenant, the
-namespace, the key and the stored TTL); times are Unix seconds from the store's
-clock.
+namespace, the key and the clear fields a read trusts: see :func:`item_identity`);
+times are Unix seconds from the store's clock.
 
-A batch is one statement, and a second only to extend the TTLs its reads returned
-(with row-level security on, a batch that reads and writes is two: see
-``store.py``). Its parts: one read (every get, every search prefix (only
-the newest ``offset + limit`` items for a search without filter or scoring) and
-the namespaces a listing needs, one ``UNION ALL``), then one write (deletes,
-upserts and TTL refreshes, one statement of data-modifying CTEs). Everything
-between them (filters, ordering, scoring, limits, TTL) is decided by the pure
-core (``langgraph_durable._core.store``), after the values are opened.
+A batch is one statement: its writes (deletes and upserts, data-modifying CTEs)
+and its reads (every get, every search prefix, the namespaces a listing needs:
+one ``UNION ALL``), which still see the store as it was before the statement. A
+search with neither a filter nor scoring reads only the newest ``offset + limit``
+items under its prefix; any other reads every live item under it (the filter
+needs the opened values). A second statement extends the TTLs the reads returned,
+if any, and carries the writes under row-level security (see ``store.py``).
+Everything between (filters, ordering, scoring, limits, TTL) is decided by the
+pure core (``langgraph_durable._core.store``), after the values are opened.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tests.store.differential import (
 PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
 EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "4"))
 PROPERTY = settings(
-    max_examples=max(EXAMPLES, 20),  # the dict store is cheap: a few more draws
+    max_examples=max(EXAMPLES, 10),  # the dict store is cheap: a few more draws
     deadline=None,
     database=None,
     derandomize=os.environ.get("CI", "").lower() == "true",
