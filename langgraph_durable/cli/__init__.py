@@ -12,6 +12,9 @@ Subcommands:
   time budget ran out with work left, 1 when the store failed.
 * ``verify``: check the hash chain of stored history (``integrity=``); exit 1 when a
   link is broken.
+* ``forget``: delete a tenant's long-term memory (store items, all or under a namespace
+  prefix) and, when asked, threads, reporting what was removed; exit 1 when the store
+  failed.
 
 Importing this package imports no database driver and no LangGraph; each command imports what
 it needs when it runs. Errors the user can act on (bad options, an unreachable database) are
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from langgraph_durable import __version__
-from langgraph_durable.cli import _demo, _keys, _prune, _setup, _verify
+from langgraph_durable.cli import _demo, _forget, _keys, _prune, _setup, _verify
 from langgraph_durable.cli._common import CommandError, one_line
 from langgraph_durable.errors import DurableError
 
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _keys.add_parsers(subparsers)
     _prune.add_parser(subparsers)
     _verify.add_parser(subparsers)
+    _forget.add_parser(subparsers)
     return parser
 
 
