@@ -42,6 +42,7 @@ __all__ = [
     "forget",
     "open_store",
     "parse_namespace",
+    "store_class",
     "run_forget",
 ]
 
@@ -130,6 +131,21 @@ def _check_args(args: argparse.Namespace) -> tuple[str, tuple[str, ...] | None, 
     return tenant, prefix, threads
 
 
+def store_class(backend: str) -> type[Any]:
+    """The sync store class of ``backend`` (``postgres``, ``redis`` or ``dynamodb``)."""
+    if backend == "postgres":
+        from langgraph_durable.postgres import PostgresStore
+
+        return PostgresStore
+    if backend == "redis":
+        from langgraph_durable.redis import RedisStore
+
+        return RedisStore
+    from langgraph_durable.dynamodb import DynamoDBStore
+
+    return DynamoDBStore
+
+
 @contextmanager
 def open_store(target: Target, encryption: Any = None, tenant: str | None = None) -> Iterator[Any]:
     """Open the sync store of ``target`` for ``tenant``; close it on exit.
@@ -151,8 +167,6 @@ def open_store(target: Target, encryption: Any = None, tenant: str | None = None
     if tenant is not None:
         options["tenant"] = tenant
     if target.backend == "postgres":
-        from langgraph_durable.postgres import PostgresStore
-
         options["pool_size"] = 1
         if target.schema is not None:
             options["schema"] = target.schema
@@ -160,20 +174,10 @@ def open_store(target: Target, encryption: Any = None, tenant: str | None = None
         if signing_key:
             options["row_level_security"] = True
             options["tenant_signing_key"] = signing_key
-        with PostgresStore.from_conn_string(target.url, **options) as store:
-            yield store
-    elif target.backend == "redis":
-        from langgraph_durable.redis import RedisStore
-
-        if target.prefix is not None:
-            options["prefix"] = target.prefix
-        with RedisStore.from_conn_string(target.url, **options) as store:
-            yield store
-    else:
-        from langgraph_durable.dynamodb import DynamoDBStore
-
-        with DynamoDBStore.from_conn_string(target.url, **options) as store:
-            yield store
+    elif target.backend == "redis" and target.prefix is not None:
+        options["prefix"] = target.prefix
+    with store_class(target.backend).from_conn_string(target.url, **options) as store:
+        yield store
 
 
 @dataclass

@@ -8,6 +8,13 @@ the pruning itself (lock, batches, what expired) is the saver's
 with neither, each thread's stored expiry (written by a saver with ``retention=``)
 decides. Every report says which policy ran and where it came from.
 
+Then it sweeps the long-term memory store's expired items (the store's
+``sweep_ttl``, on Redis ``sweep_all_expired``; with ``--tenant`` only that
+tenant's where the store can, on Redis): ``store_items`` in the JSON, the number
+deleted, or null with ``store_sweep`` saying why none ran (a dry run, the time
+budget spent on threads, another pruner running, DynamoDB whose native TTL
+deletes them). Expired items are never returned whether swept or not.
+
 Quiet for cron: a real run prints nothing unless stdout is a terminal (or
 ``--json`` asks for the summary line); a dry run always prints what it would
 remove. Exit codes: 0 done (also when another pruner holds the lock: it says
@@ -33,6 +40,7 @@ from langgraph_durable.cli._common import (
     plural,
     say,
 )
+from langgraph_durable.cli._forget import open_store, store_class
 from langgraph_durable.cli._savers import Target, add_target_arguments, open_saver, resolve_target
 
 __all__ = ["add_parser", "run_prune", "EXIT_BUDGET", "EXIT_ERROR"]
@@ -60,7 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
             "pruner runs at a time (a second exits 0 saying so); a run stopped by "
             "--max-seconds or killed is finished by the next run. With $LGD_INTEGRITY_KEY "
             "a thread is trimmed only if what goes verifies; one that does not is left "
-            "whole and its broken links printed. Exit codes: 0 done, 3 time budget reached "
+            "whole and its broken links printed. Then the store's expired items (long-term "
+            "memory) are swept, unless a dry run or the budget ran out. Exit codes: 0 "
+            "done, 3 time budget reached "
             "with work left, 2 bad usage, 1 error or a thread left untrimmed over a broken "
             "link."
         ),
@@ -198,6 +208,7 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
             finally:
                 if bar is not None:
                     bar.close()
+        store_items, store_note = _sweep_store(target, args, report)
     except (ConfigurationError, InvalidInputError, CommandError):
         raise  # bad usage: exit 2
     except DurableError as exc:
@@ -211,6 +222,8 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
         "policy_source": source,
         "stored_policy": describe(stored) if stored is not None else None,
         **report.as_dict(),
+        "store_items": store_items,
+        "store_sweep": store_note,
     }
     ran = _which_policy(summary)
     if args.json:
@@ -218,9 +231,9 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     elif report.locked:
         say(out, f"Another pruner is running on {target.where}: nothing done.")
     elif args.dry_run:
-        _print_dry_run(out, target, report, ran)
+        _print_dry_run(out, target, report, ran, store_note)
     elif is_terminal(out):
-        say(out, _sentence(target, report, ran))
+        say(out, _sentence(target, report, ran, store_items))
     if report.refused:
         for broken in report.broken:
             print(
@@ -247,6 +260,36 @@ def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _sweep_store(
+    target: Target, args: argparse.Namespace, report: Any
+) -> tuple[int | None, str | None]:
+    """Delete the store's expired items (long-term memory), after the threads.
+
+    Returns:
+        The items deleted (None when no sweep ran) and, when none ran, why.
+    """
+    if report.locked:
+        return None, "not swept: another pruner is running"
+    if report.budget_exhausted:
+        return None, "not swept: the time budget ran out on threads; the next run sweeps"
+    if args.dry_run:
+        return None, "not counted: a dry run does not sweep the store's expired items"
+    cls = store_class(target.backend)
+    if args.tenant is not None:
+        if not hasattr(cls, "sweep_expired"):
+            return None, "not swept: the store sweeps every tenant at once (drop --tenant)"
+        method = "sweep_expired"
+    elif hasattr(cls, "sweep_ttl"):
+        method = "sweep_ttl"
+    elif hasattr(cls, "sweep_all_expired"):
+        method = "sweep_all_expired"
+    else:  # DynamoDB: the table's native TTL deletes expired items
+        return None, "not swept: the table's native TTL deletes expired items"
+    with open_store(target, None, args.tenant) as store:
+        swept = getattr(store, method)()
+    return (sum(swept.values()) if isinstance(swept, dict) else int(swept)), None
+
+
 def _which_policy(summary: dict[str, Any]) -> str:
     """Which policy ran, in words, for the text reports."""
     if summary["policy_source"] == "expiry":
@@ -268,7 +311,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _sentence(target: Target, report: Any, policy: str) -> str:
+def _sentence(target: Target, report: Any, policy: str, store_items: int | None) -> str:
     parts = [f"{plural(report.threads, 'thread')} deleted"]
     if report.trimmed:
         parts.append(f"{report.trimmed} trimmed")
@@ -281,10 +324,14 @@ def _sentence(target: Target, report: Any, policy: str) -> str:
         parts.append(f"{plural(report.index_entries, 'index entry', 'index entries')} swept")
     if report.refused:
         parts.append(f"{plural(report.refused, 'thread')} not trimmed (broken link)")
+    if store_items:
+        parts.append(f"{plural(store_items, 'expired store item')} swept")
     return f"Pruned {target.where} ({policy}): " + ", ".join(parts) + f" in {report.seconds:.1f}s."
 
 
-def _print_dry_run(out: TextIO, target: Target, report: Any, policy: str) -> None:
+def _print_dry_run(
+    out: TextIO, target: Target, report: Any, policy: str, store_note: str | None
+) -> None:
     what = [f"delete {plural(report.threads, 'thread')}"]
     if report.trimmed:
         what.append(f"trim {report.trimmed}")
@@ -296,6 +343,8 @@ def _print_dry_run(out: TextIO, target: Target, report: Any, policy: str) -> Non
     if report.index_entries:
         what.append(f"sweep {plural(report.index_entries, 'index entry', 'index entries')}")
     say(out, f"Dry run on {target.where} ({policy}): a run would " + ", ".join(what) + ".")
+    if store_note is not None:
+        say(out, f"  store items: {store_note}")
     for tenant, thread in report.thread_ids[:_LISTED]:
         say(out, f"  tenant {tenant!r} thread {thread!r}")
     more = report.threads + report.trimmed - min(len(report.thread_ids), _LISTED)
