@@ -34,6 +34,31 @@ Settings come from the environment:
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 AWS credentials come from boto3's usual chain (environment, profile, instance role).
+
+Store factory (``"store": {"path": "langgraph_durable.dynamodb.server:store"}``): an
+``AsyncDynamoDBStore`` on the same table (the variables above, retention and
+integrity aside: they are the checkpoints'), set up unless ``LGD_DYNAMODB_SETUP`` is
+``off``, with the store's own settings:
+
+====================================== ============================================
+``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
+                                       ``configurable["tenant_id"]``, else ``default``)
+``LGD_STORE_TTL_MINUTES``              items expire this many minutes after their
+                                       last write (default: never)
+``LGD_STORE_REFRESH_ON_READ``          ``off``: reads do not extend TTLs (default ``on``)
+``LGD_STORE_SWEEP_MINUTES``            refused: the table's native TTL deletes expired
+                                       items (``setup()`` enables it when a TTL is set)
+``LGD_STORE_INDEX_DIMS``               search by meaning: dimensions of the
+                                       embeddings, with ``LGD_STORE_INDEX_EMBED``
+``LGD_STORE_INDEX_EMBED``              ``provider:model`` for LangGraph's
+                                       ``init_embeddings`` (``openai:text-embedding-3-small``)
+                                       or ``package.module:attribute`` /
+                                       ``./file.py:attribute``
+``LGD_STORE_INDEX_FIELDS``             comma-separated paths embedded (default ``$``)
+====================================== ============================================
+
+Encryption (``LGD_KEYRING`` / ``LGD_KMS_KEY_ID``) covers the store's values and
+embeddings as it covers checkpoints (see ``langgraph_durable._store_server``).
 """
 
 from __future__ import annotations
@@ -41,7 +66,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._server import (
     encryption_from_env,
@@ -50,10 +75,15 @@ from .._server import (
     retention_from_env,
     set_up_saver,
 )
+from .._store_server import store_options_from_env, sweep_minutes_from_env
+from ..errors import ConfigurationError
 from ..protect.integrity import integrity_from_env
 from .saver import AsyncDynamoDBSaver
 
-__all__ = ["checkpointer", "settings_from_env"]
+if TYPE_CHECKING:
+    from .store import AsyncDynamoDBStore
+
+__all__ = ["checkpointer", "store", "settings_from_env"]
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -97,3 +127,24 @@ async def checkpointer() -> AsyncIterator[AsyncDynamoDBSaver]:
     )
     async with set_up_saver(opened, settings["setup"]) as saver:
         yield saver
+
+
+@asynccontextmanager
+async def store() -> AsyncIterator[AsyncDynamoDBStore]:
+    """An ``AsyncDynamoDBStore`` configured from the environment, set up and closed."""
+    from .store import AsyncDynamoDBStore
+
+    env = os.environ
+    settings = settings_from_env(env)
+    if sweep_minutes_from_env(env) is not None:
+        raise ConfigurationError(
+            "LGD_STORE_SWEEP_MINUTES is set, but DynamoDB deletes a store's expired items "
+            "by the table's native TTL (setup() enables it): unset it"
+        )
+    options = store_options_from_env(env)
+    async with AsyncDynamoDBStore.from_conn_string(
+        settings["url"], encryption=settings["encryption"], **options
+    ) as opened:
+        if settings["setup"]:
+            await opened.setup()
+        yield opened

@@ -37,6 +37,31 @@ Settings come from the environment:
 ====================================== =============================================
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
+
+Store factory (``"store": {"path": "langgraph_durable.postgres.server:store"}``): an
+``AsyncPostgresStore`` on the same database and schema (the variables above, retention and
+integrity aside: they are the checkpoints'), set up unless ``LGD_POSTGRES_SETUP`` is
+``off``, with the store's own settings:
+
+====================================== ============================================
+``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
+                                       ``configurable["tenant_id"]``, else ``default``)
+``LGD_STORE_TTL_MINUTES``              items expire this many minutes after their
+                                       last write (default: never)
+``LGD_STORE_REFRESH_ON_READ``          ``off``: reads do not extend TTLs (default ``on``)
+``LGD_STORE_SWEEP_MINUTES``            delete expired items every this many minutes
+                                       (``start_ttl_sweeper``); or run ``prune``
+``LGD_STORE_INDEX_DIMS``               search by meaning: dimensions of the
+                                       embeddings, with ``LGD_STORE_INDEX_EMBED``
+``LGD_STORE_INDEX_EMBED``              ``provider:model`` for LangGraph's
+                                       ``init_embeddings`` (``openai:text-embedding-3-small``)
+                                       or ``package.module:attribute`` /
+                                       ``./file.py:attribute``
+``LGD_STORE_INDEX_FIELDS``             comma-separated paths embedded (default ``$``)
+====================================== ============================================
+
+Encryption (``LGD_KEYRING`` / ``LGD_KMS_KEY_ID``) covers the store's values and
+embeddings as it covers checkpoints (see ``langgraph_durable._store_server``).
 """
 
 from __future__ import annotations
@@ -44,7 +69,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._server import (
     encryption_from_env,
@@ -53,11 +78,15 @@ from .._server import (
     retention_from_env,
     set_up_saver,
 )
+from .._store_server import store_options_from_env, sweep_minutes_from_env, sweeping
 from ..errors import ConfigurationError
 from ..protect.integrity import integrity_from_env
 from .saver import AsyncPostgresSaver
 
-__all__ = ["checkpointer", "settings_from_env", "SIGNING_KEY_ENV"]
+if TYPE_CHECKING:
+    from .store import AsyncPostgresStore
+
+__all__ = ["checkpointer", "store", "settings_from_env", "SIGNING_KEY_ENV"]
 
 #: The environment variable that holds ``tenant_signing_key`` (the CLI reads it too).
 SIGNING_KEY_ENV = "LGD_TENANT_SIGNING_KEY"
@@ -109,3 +138,23 @@ async def checkpointer() -> AsyncIterator[AsyncPostgresSaver]:
         AsyncPostgresSaver.from_conn_string(url, **settings), run_setup
     ) as saver:
         yield saver
+
+
+@asynccontextmanager
+async def store() -> AsyncIterator[AsyncPostgresStore]:
+    """An ``AsyncPostgresStore`` configured from the environment, set up and closed."""
+    from .store import AsyncPostgresStore
+
+    env = os.environ
+    settings = settings_from_env(env)
+    options = store_options_from_env(env)
+    for name in ("schema", "pool_size", "prepare_threshold", "encryption"):
+        options[name] = settings[name]
+    options["row_level_security"] = settings["row_level_security"]
+    if "tenant_signing_key" in settings:
+        options["tenant_signing_key"] = settings["tenant_signing_key"]
+    async with AsyncPostgresStore.from_conn_string(settings["conn"], **options) as opened:
+        if settings["setup"]:
+            await opened.setup()
+        async with sweeping(opened, sweep_minutes_from_env(env)):
+            yield opened

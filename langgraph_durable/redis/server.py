@@ -33,6 +33,31 @@ Settings come from the environment:
 ====================================== ============================================
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
+
+Store factory (``"store": {"path": "langgraph_durable.redis.server:store"}``): an
+``AsyncRedisStore`` on the same server and prefix (the variables above, retention and
+integrity aside: they are the checkpoints'), set up unless ``LGD_REDIS_SETUP`` is
+``off``, with the store's own settings:
+
+====================================== ============================================
+``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
+                                       ``configurable["tenant_id"]``, else ``default``)
+``LGD_STORE_TTL_MINUTES``              items expire this many minutes after their
+                                       last write (default: never)
+``LGD_STORE_REFRESH_ON_READ``          ``off``: reads do not extend TTLs (default ``on``)
+``LGD_STORE_SWEEP_MINUTES``            delete expired items (every tenant's) every this
+                                       many minutes; or run ``prune``
+``LGD_STORE_INDEX_DIMS``               search by meaning: dimensions of the
+                                       embeddings, with ``LGD_STORE_INDEX_EMBED``
+``LGD_STORE_INDEX_EMBED``              ``provider:model`` for LangGraph's
+                                       ``init_embeddings`` (``openai:text-embedding-3-small``)
+                                       or ``package.module:attribute`` /
+                                       ``./file.py:attribute``
+``LGD_STORE_INDEX_FIELDS``             comma-separated paths embedded (default ``$``)
+====================================== ============================================
+
+Encryption (``LGD_KEYRING`` / ``LGD_KMS_KEY_ID``) covers the store's values and
+embeddings as it covers checkpoints (see ``langgraph_durable._store_server``).
 """
 
 from __future__ import annotations
@@ -40,7 +65,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._server import (
     encryption_from_env,
@@ -49,11 +74,15 @@ from .._server import (
     retention_from_env,
     set_up_saver,
 )
+from .._store_server import store_options_from_env, sweep_minutes_from_env, sweeping
 from ..errors import ConfigurationError
 from ..protect.integrity import integrity_from_env
 from .saver import AsyncRedisSaver
 
-__all__ = ["checkpointer", "settings_from_env"]
+if TYPE_CHECKING:
+    from .store import AsyncRedisStore
+
+__all__ = ["checkpointer", "store", "settings_from_env"]
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -106,3 +135,20 @@ async def checkpointer() -> AsyncIterator[AsyncRedisSaver]:
     url = settings.pop("conn")
     async with set_up_saver(AsyncRedisSaver.from_conn_string(url, **settings), run_setup) as saver:
         yield saver
+
+
+@asynccontextmanager
+async def store() -> AsyncIterator[AsyncRedisStore]:
+    """An ``AsyncRedisStore`` configured from the environment, set up and closed."""
+    from .store import AsyncRedisStore
+
+    env = os.environ
+    settings = settings_from_env(env)
+    options = store_options_from_env(env)
+    options["prefix"] = settings["prefix"]
+    options["encryption"] = settings["encryption"]
+    async with AsyncRedisStore.from_conn_string(settings["conn"], **options) as opened:
+        if settings["setup"]:
+            await opened.setup()
+        async with sweeping(opened, sweep_minutes_from_env(env)):
+            yield opened
