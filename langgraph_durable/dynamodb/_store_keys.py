@@ -203,22 +203,38 @@ def _ttl_text(ttl_minutes: float | None) -> str:
 
 
 def item_identity(
-    tenant: str, namespace: tuple[str, ...], key: str, ttl_minutes: float | None
+    tenant: str,
+    namespace: tuple[str, ...],
+    key: str,
+    ttl_minutes: float | None,
+    updated_at: float,
+    has_vectors: bool,
 ) -> RecordIdentity:
-    """The identity an item's value is sealed under (its TTL bound as a clear field)."""
+    """The identity an item's value is sealed under.
+
+    Besides tenant, namespace and key it binds the clear attributes stored beside
+    it that a read trusts: the TTL (``tm``), the write's time (``ua``: the order of
+    a search) and whether embeddings go with it (so they cannot be stripped).
+    """
+    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
+    return RecordIdentity(
+        tenant, "", core.ns_text(namespace), RecordKind.STORE_ITEM, key=key, extra=extra
+    )
+
+
+def vectors_identity(
+    tenant: str, namespace: tuple[str, ...], key: str, updated_at: float
+) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under (bound to the write's time,
+    so an older write's embeddings do not open beside a newer value)."""
     return RecordIdentity(
         tenant,
         "",
         core.ns_text(namespace),
-        RecordKind.STORE_ITEM,
+        RecordKind.STORE_VECTORS,
         key=key,
-        extra=_ttl_text(ttl_minutes),
+        extra=repr(float(updated_at)),
     )
-
-
-def vectors_identity(tenant: str, namespace: tuple[str, ...], key: str) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under."""
-    return RecordIdentity(tenant, "", core.ns_text(namespace), RecordKind.STORE_VECTORS, key=key)
 
 
 def _number(item: Mapping[str, Any], name: str) -> float | None:
@@ -249,21 +265,20 @@ def stored_item(
     key = key_of_sk(item["sk"]["S"])
     ttl = _number(item, "tm")
     sealed = _sealed(item, "vt", "v")
-    if sealed is None:
-        raise CorruptRecordError(f"store item {key!r} of {namespace!r} has no value")
-    value = open(item_identity(tenant, namespace, key, ttl), sealed)
+    created, updated = _number(item, "ca"), _number(item, "ua")
+    if sealed is None or created is None or updated is None:
+        raise CorruptRecordError(f"store item {key!r} of {namespace!r} has no value or times")
+    sealed_vectors = _sealed(item, "wt", "w")
+    identity = item_identity(tenant, namespace, key, ttl, updated, sealed_vectors is not None)
+    value = open(identity, sealed)
     if not isinstance(value, dict):
         raise CorruptRecordError(
             f"store item {key!r} of namespace {namespace!r} (tenant {tenant!r}) "
             "does not hold a dict"
         )
     vectors: Mapping[str, Any] = {}
-    sealed_vectors = _sealed(item, "wt", "w")
     if sealed_vectors is not None:
-        vectors = open(vectors_identity(tenant, namespace, key), sealed_vectors)
-    created, updated = _number(item, "ca"), _number(item, "ua")
-    if created is None or updated is None:
-        raise CorruptRecordError(f"store item {key!r} of {namespace!r} has no timestamps")
+        vectors = open(vectors_identity(tenant, namespace, key, updated), sealed_vectors)
     return core.StoredItem(
         namespace,
         key,
@@ -285,13 +300,16 @@ def item_update(tenant: str, write: core.ItemWrite, now: float, seal: Any) -> di
         InvalidInputError: The item would exceed DynamoDB's 400 KB.
     """
     assert write.value is not None
-    value: Sealed = seal(
-        item_identity(tenant, write.namespace, write.key, write.ttl_minutes), write.value
+    identity = item_identity(
+        tenant, write.namespace, write.key, write.ttl_minutes, now, bool(write.vectors)
     )
+    value: Sealed = seal(identity, write.value)
     sets = {"vt": S(value.type), "v": B(value.data), "ua": N(now)}
     removes = []
     if write.vectors:
-        vectors: Sealed = seal(vectors_identity(tenant, write.namespace, write.key), write.vectors)
+        vectors: Sealed = seal(
+            vectors_identity(tenant, write.namespace, write.key, now), write.vectors
+        )
         sets.update(wt=S(vectors.type), w=B(vectors.data))
     else:
         removes += ["wt", "w"]

@@ -476,3 +476,25 @@ def test_entries_of_expired_items_go_when_read_unless_put_again_meanwhile(
             client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", put_meanwhile)
         assert fired and store.list_namespaces() == [("a",)]  # the new put's entry stayed
         assert entries() == ["kk"]
+
+
+def test_altered_stripped_or_replayed_clear_attributes_do_not_open(client: Any, table: str) -> None:
+    tenant = uuid.uuid4().hex
+    with DynamoDBStore(client, table=table, tenant=tenant, **_options("encrypted")) as store:
+        store.put(("a",), "k", {"text": "apple"}, ttl=None)
+        (old,) = [i for i in raw_items(client, table) if i["pk"]["S"] == f"{tenant}##s#a#"]
+        store.put(("a",), "k", {"text": "river"}, ttl=None)
+        (new,) = [i for i in raw_items(client, table) if i["pk"]["S"] == f"{tenant}##s#a#"]
+        later = {"N": str(float(new["ua"]["N"]) + 1000)}
+        altered = [
+            {**new, "ua": later},  # moved up in a search's order
+            {k: v for k, v in new.items() if k not in ("wt", "w")},  # embeddings stripped
+            {**new, "w": old["w"]},  # an older write's embeddings beside the newer value
+            {**new, "tm": {"N": "5"}, "xp": later},  # a TTL of another write
+        ]
+        for item in altered:
+            client.put_item(TableName=table, Item=item)
+            with pytest.raises(DecryptionError):
+                store.search(("a",), query="river")
+        client.put_item(TableName=table, Item=new)
+        assert store.search(("a",), query="river")[0].value == {"text": "river"}
