@@ -18,9 +18,11 @@ __all__ = ["Item", "open_spec_store", "raw_items"]
 
 Item = tuple[str, tuple[str, ...], str]
 
+_CLIENTS: dict[tuple[str, str], Any] = {}
+
 
 @contextmanager
-def open_spec_store(spec: SaverSpec, tenant: str, **options: Any) -> Iterator[Any]:
+def open_spec_store(spec: SaverSpec, tenant: Any, **options: Any) -> Iterator[Any]:
     """A set-up sync store of ``spec``'s backend, on its schema, prefix or table."""
     if spec.backend == "postgres":
         from langgraph_durable.postgres import PostgresStore
@@ -95,9 +97,12 @@ def _dynamodb_items(spec: SaverSpec) -> set[Item]:
 
     parts = urlsplit(spec.conn)
     query = parse_qs(parts.query)
-    client = boto3.client(
-        "dynamodb", region_name=query["region"][0], endpoint_url=query["endpoint"][0]
-    )
+    where = (query["region"][0], query["endpoint"][0])
+    client = _CLIENTS.get(where)
+    if client is None:  # one per endpoint: making a boto3 client takes a few tenths of a second
+        client = _CLIENTS[where] = boto3.client(
+            "dynamodb", region_name=where[0], endpoint_url=where[1]
+        )
     found: set[Item] = set()
     for page in client.get_paginator("scan").paginate(TableName=parts.netloc):
         for item in page["Items"]:

@@ -68,7 +68,7 @@ def namespaces(count: int) -> list[tuple[str, ...]]:
     return found
 
 
-def _populate(spec: SaverSpec) -> None:
+def _populate(spec: SaverSpec, saver: Any) -> None:
     count, per = SIZES[spec.backend]
     ops: list[Any] = []
     for ns in namespaces(count):
@@ -76,21 +76,20 @@ def _populate(spec: SaverSpec) -> None:
             PutOp(ns, f"k{j}", {"text": f"fact {j} of {'/'.join(ns)}", "n": j}, index=False)
             for j in range(per)
         ]
-    with open_spec_store(spec, TENANT) as store:
+    current = {"tenant": TENANT}
+    with open_spec_store(spec, lambda: current["tenant"]) as store:
         for start in range(0, len(ops), 50):
             store.batch(ops[start : start + 50])
-    with open_spec_store(spec, OTHER) as store:  # the same namespaces and keys, fewer
+        current["tenant"] = OTHER  # the same namespaces and keys, fewer
         other = [op for op in ops if op.key == "k0"]
         for start in range(0, len(other), 50):
             store.batch(other[start : start + 50])
-    with open_saver(spec) as saver:
-        for tenant in (TENANT, OTHER):
-            put_chain(saver, "t1", 2, tenant_id=tenant)
+    for tenant in (TENANT, OTHER):
+        put_chain(saver, "t1", 2, tenant_id=tenant)
 
 
-def _thread_stored(spec: SaverSpec, tenant: str) -> bool:
-    with open_saver(spec) as saver:
-        return saver.get_tuple(cfg("t1", tenant_id=tenant)) is not None
+def _thread_stored(saver: Any, tenant: str) -> bool:
+    return saver.get_tuple(cfg("t1", tenant_id=tenant)) is not None
 
 
 def _forget(spec: SaverSpec, capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
@@ -112,7 +111,12 @@ def _reported(report: dict[str, Any]) -> dict[tuple[str, ...], int]:
 def test_forget_removes_exactly_the_asked_items_and_threads(
     spec: SaverSpec, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _populate(spec)
+    with open_saver(spec) as saver:
+        _check_forget(spec, saver, capsys)
+
+
+def _check_forget(spec: SaverSpec, saver: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    _populate(spec, saver)
     count, per = SIZES[spec.backend]
     before = raw_items(spec)
     assert len(before) == count * (per + 1)  # the raw scan sees every item
@@ -133,7 +137,7 @@ def test_forget_removes_exactly_the_asked_items_and_threads(
     # The whole tenant, and a thread (and one the tenant never had).
     left = {item for item in after if item[0] == TENANT}
     dry = _forget(spec, capsys, "--thread", "t1", "--thread", "nope", "--dry-run")
-    assert raw_items(spec) == after and _thread_stored(spec, TENANT)
+    assert raw_items(spec) == after and _thread_stored(saver, TENANT)
     assert dry["items"] == len(left) and _reported(dry) == _per_namespace(left, TENANT)
     assert dry["threads"] == [
         {"thread_id": "t1", "found": True},
@@ -145,8 +149,8 @@ def test_forget_removes_exactly_the_asked_items_and_threads(
     assert raw_items(spec) == after - left  # only the other tenant's items are left
     assert {t for t, _ns, _k in raw_items(spec)} == {OTHER}
     assert len(raw_items(spec)) == count
-    assert not _thread_stored(spec, TENANT)
-    assert _thread_stored(spec, OTHER)
+    assert not _thread_stored(saver, TENANT)
+    assert _thread_stored(saver, OTHER)
 
     # Nothing left: a run reports nothing; the text report says so in words.
     capsys.readouterr()
