@@ -141,18 +141,19 @@ def load_factories() -> ModuleType:
 # --- the sdist ------------------------------------------------------------------
 
 
-def fetch_sdist(version: str, cache: Path) -> Path:
+def fetch_sdist(version: str, cache: Path, package: str = "langgraph") -> Path:
+    """``package``'s sdist of ``version`` from ``cache``, downloaded into it if missing."""
     cache.mkdir(parents=True, exist_ok=True)
-    for existing in sorted(cache.glob(f"langgraph-{version}.tar.gz")):
+    for existing in sorted(cache.glob(f"{package}-{version}.tar.gz")):
         return existing
-    log(f"downloading the langgraph {version} sdist")
+    log(f"downloading the {package} {version} sdist")
     with tempfile.TemporaryDirectory(dir=cache, prefix="download-") as tmp:
         cmd = [
             sys.executable,
             "-m",
             "pip",
             "download",
-            f"langgraph=={version}",
+            f"{package}=={version}",
             "--no-deps",
             "--no-binary",
             ":all:",
@@ -166,12 +167,12 @@ def fetch_sdist(version: str, cache: Path) -> Path:
         found = [p for p in Path(tmp).iterdir() if p.name.endswith(".tar.gz")]
         if len(found) != 1:
             raise SuiteError(f"expected one .tar.gz from pip download, got {found}")
-        target = cache / f"langgraph-{version}.tar.gz"
+        target = cache / f"{package}-{version}.tar.gz"
         os.replace(found[0], target)
     return target
 
 
-def unpack(sdist: Path, workdir: Path) -> None:
+def unpack(sdist: Path, workdir: Path, need_conftest: bool = True) -> None:
     """Copy the sdist's tests/ and pyproject.toml (not the package source) to workdir."""
     with tarfile.open(sdist) as tar:
         members = []
@@ -189,7 +190,9 @@ def unpack(sdist: Path, workdir: Path) -> None:
                 members.append(member)
         if not any(m.name == "pyproject.toml" for m in members):
             raise SuiteError(f"{sdist.name} has no pyproject.toml")
-        if not any(m.name == os.path.join("tests", "conftest.py") for m in members):
+        if need_conftest and not any(
+            m.name == os.path.join("tests", "conftest.py") for m in members
+        ):
             raise SuiteError(f"{sdist.name} has no tests/conftest.py")
         if hasattr(tarfile, "data_filter"):
             tar.extractall(workdir, members=members, filter="data")
