@@ -318,19 +318,15 @@ def _print(out: TextIO, target: Target, report: ForgetReport) -> None:
     if report.dry_run:
         say(out, f"Dry run on {target.where} ({scope}): a run would remove {what}.")
     else:
-        say(out, f"Forgot {scope} at {target.where}: removed {what} in {report.seconds:.1f}s.")
+        say(out, f"Forgot {scope} in {target.where}: removed {what} in {report.seconds:.1f}s.")
     for namespace, count in sorted(report.namespaces.items())[:_LISTED]:
         say(out, f"  {_label(namespace)}: {plural(count, 'item')}")
     more = len(report.namespaces) - _LISTED
     if more > 0:
         say(out, f"  ... and {plural(more, 'more namespace')}")
+    stored = "stored" if report.dry_run else "removed"
     for thread, found in report.threads.items():
-        say(
-            out,
-            f"  thread {thread!r}: {'removed' if found else 'not stored'}"
-            if not report.dry_run
-            else f"  thread {thread!r}: {'stored' if found else 'not stored'}",
-        )
+        say(out, f"  thread {thread!r}: {stored if found else 'not stored'}")
     if report.dry_run:
         say(out, "Nothing was changed.")
 
@@ -338,7 +334,12 @@ def _print(out: TextIO, target: Target, report: ForgetReport) -> None:
 def run_forget(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``forget`` (see the module docstring for output and exit codes)."""
     from langgraph_durable._server import encryption_from_env
-    from langgraph_durable.errors import ConfigurationError, DurableError, InvalidInputError
+    from langgraph_durable.errors import (
+        ConfigurationError,
+        CorruptRecordError,
+        DurableError,
+        InvalidInputError,
+    )
 
     tenant, prefix, threads = _check_args(args)
     target = resolve_target(args)
@@ -359,6 +360,11 @@ def run_forget(args: argparse.Namespace, out: TextIO) -> int:
         raise  # bad usage: exit 2
     except DurableError as exc:
         done = "" if args.dry_run else f" (removed before it: {plural(report.items, 'item')})"
+        if encryption is None and isinstance(exc, CorruptRecordError):
+            done += (
+                "; reading encrypted values (a dry run's counts, --thread) needs the keyring: "
+                "set $LGD_KEYRING or $LGD_KMS_KEY_ID"
+            )
         print(
             f"langgraph-durable forget: error: {one_line(exc)}{done}", file=sys.stderr, flush=True
         )

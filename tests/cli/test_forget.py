@@ -18,6 +18,7 @@ id. Checked against a raw scan of the backend's storage (not through the store):
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections import Counter
@@ -180,3 +181,26 @@ def test_bad_input_exits_2_with_one_line(
     assert main(["forget", "--url", url, *flags]) == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_dry_run_over_encrypted_values_reads_them_with_the_keyring(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from langgraph_durable._server import encryption_from_env
+
+    spec = make_spec(request, "redis")
+    keyring = f"k1={base64.b64encode(os.urandom(32)).decode()}"
+    encryption = encryption_from_env({"LGD_KEYRING": keyring})
+    with open_spec_store(spec, TENANT, encryption=encryption) as store:
+        store.put(("users", "u1"), "k", {"text": "secret"})
+    flags = ["forget", *cli_target(spec), "--tenant", TENANT, "--dry-run"]
+    assert main(flags) == 1  # no keyring: the count cannot read the items
+    assert "needs the keyring: set $LGD_KEYRING" in capsys.readouterr().err
+    monkeypatch.setenv("LGD_KEYRING", keyring)
+    assert main([*flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == 1
+    monkeypatch.delenv("LGD_KEYRING")
+    assert main(flags[:-1]) == 0  # deleting needs no keys
+    assert raw_items(spec) == set()
