@@ -309,11 +309,15 @@ class Verdict:
     unexplained: list[str] = field(default_factory=list)
     outages: int = 0
     error_writes: int = 0
+    superseded_writes: int = 0
+    wrong_writes: int = 0
     examples: list[str] = field(default_factory=list)
 
 
-def _signature_keys(history: list[tuple[Any, ...]]) -> Counter[str]:
-    return Counter(repr(entry) for entry in history)
+def _checkpoint(entry: tuple[Any, ...]) -> tuple[str, list[Any], int]:
+    """(step, source and values; pending writes without errors; the errors recorded)."""
+    writes = [w for w in entry[3] if w[0] != ERROR]
+    return repr(entry[:3]), writes, len(entry[3]) - len(writes)
 
 
 def judge(
@@ -330,25 +334,41 @@ def judge(
     outages = [p for p in lines if p[0] == "outage" and p[1] == thread]
     outage_pids = {p[2] for p in outages}
     verdict.outages += len(outages)
-    history = []
-    for entry in history_signature(saver, config):
-        # a task whose run raised (the outage a worker retried) has its error recorded
-        # as a pending write next to the writes of its successful retry (LangGraph
-        # keeps both): the record of what happened, not a difference, when the thread
-        # had an outage
-        errors = [w for w in entry[3] if w[0] == ERROR]
-        if errors and outages:
-            verdict.error_writes += len(errors)
-            entry = (*entry[:3], [w for w in entry[3] if w[0] != ERROR])
-        history.append(entry)
-    ours, ref = _signature_keys(history), _signature_keys(expected)
-    lost, wrong = ref - ours, ours - ref
+    # a process that ran the thread died (SIGKILL) or saw its run fail (an outage)
+    ran = {p[2] for p in lines if p[0] == "read" and p[1] == thread}
+    interrupted = bool(outages) or bool(ran & killed)
+    ours = [_checkpoint(entry) for entry in history_signature(saver, config)]
+    ref = [_checkpoint(entry) for entry in expected]
+    lost = Counter(key for key, _, _ in ref) - Counter(key for key, _, _ in ours)
+    wrong = Counter(key for key, _, _ in ours) - Counter(key for key, _, _ in ref)
     verdict.threads += 1
     verdict.steps += steps
     verdict.lost_checkpoints += sum(lost.values())
     verdict.wrong_checkpoints += sum(wrong.values())
     if (lost or wrong) and len(verdict.examples) < 5:
         verdict.examples.append(f"{thread}: lost {list(lost)[:2]} wrong {list(wrong)[:2]}")
+    expected_writes = {key: writes for key, writes, _ in ref}
+    for index, (key, writes, errors) in enumerate(ours):
+        # history is newest first: index > 0 has a successor
+        if errors:
+            # a task whose run raised (an outage) has its error recorded as a pending
+            # write next to the writes of its successful retry (LangGraph keeps both)
+            if interrupted:
+                verdict.error_writes += errors
+            else:
+                verdict.wrong_writes += errors
+        if key not in expected_writes or writes == expected_writes[key]:
+            continue
+        if not writes and index > 0 and interrupted:
+            # LangGraph saves a task's writes in the background (put_writes is submitted
+            # to its executor) while it goes on to put the next checkpoint: a worker
+            # killed in between leaves that checkpoint's writes unsaved, superseded by
+            # the next checkpoint, which holds their result
+            verdict.superseded_writes += 1
+            continue
+        verdict.wrong_writes += 1
+        if len(verdict.examples) < 5:
+            verdict.examples.append(f"{thread}: writes of {key}: {writes}")
     runs: dict[int, list[list[str]]] = {}
     for p in lines:
         if p[0] == "effect" and p[1] == thread:
@@ -398,7 +418,9 @@ class SoakResult:
             f"{v.outages} storage outages retried in the worker ({v.error_writes} recorded "
             f"as a task's error write), {self.open_outages} workers that could not open "
             f"the saver; {v.lost_checkpoints} lost checkpoints, "
-            f"{v.wrong_checkpoints} differing checkpoints, {v.lost_effects} lost effects, "
+            f"{v.wrong_checkpoints} differing checkpoints, {v.wrong_writes} differing "
+            f"pending writes ({v.superseded_writes} checkpoints superseded before their "
+            f"writes were saved, in an interrupted run), {v.lost_effects} lost effects, "
             f"{v.explained_after_kill + v.explained_after_outage} explained duplicate effects "
             f"(on_ambiguous='retry': {v.explained_after_kill} after a SIGKILL, "
             f"{v.explained_after_outage} after an outage), {len(v.unexplained)} unexplained "

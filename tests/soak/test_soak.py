@@ -160,16 +160,6 @@ def test_soak(
         _cleanup_rss(spec)
     samples = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     _report(f"{result.line()} (seed {seed})")
-    v = result.verdict
-    assert result.failures == [], result.failures
-    assert result.kills >= 1  # the harness really killed workers
-    assert result.cuts >= 1 or result.lost_replies >= 1  # and the storage misbehaved
-    assert v.threads == result.started >= THREADS
-    assert v.steps == v.threads * STEPS
-    assert (v.lost_checkpoints, v.wrong_checkpoints) == (0, 0), "\n".join(v.examples)
-    assert v.lost_effects == 0
-    assert v.unexplained == []
-
     assert rss.returncode == 0, err[-3000:]
     assert samples, err[-3000:]
     last_sample = samples[-1]
@@ -185,4 +175,15 @@ def test_soak(
         f"{len(samples)} samples after warm-up: first {first / MB:.1f} MB, "
         f"last {last / MB:.1f} MB, max {peak / MB:.1f} MB ({growth:+.1%}; bound {RSS_BOUND:.0%})"
     )
+    v = result.verdict
+    assert result.failures == [], result.failures
+    assert result.kills >= 1  # the harness really killed workers
+    assert result.cuts >= 1 or result.lost_replies >= 1  # and the storage misbehaved
+    assert v.threads == result.started >= THREADS
+    assert v.steps == v.threads * STEPS
+    assert (v.lost_checkpoints, v.wrong_checkpoints, v.wrong_writes) == (0, 0, 0), "\n".join(
+        v.examples
+    )
+    assert v.lost_effects == 0
+    assert v.unexplained == []
     assert growth <= RSS_BOUND
