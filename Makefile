@@ -4,7 +4,9 @@
 #   make lint            ruff and mypy
 #   make test-unit       only our tests (pytest over tests/)
 #   make test-langgraph  LangGraph's test suite against all our savers (PostgreSQL, Redis,
-#                        DynamoDB; sync and async); LANGGRAPH_SUITE_ARGS="--saver redis" narrows it
+#                        DynamoDB; sync and async) and stores; LANGGRAPH_SUITE_ARGS="--saver redis"
+#                        narrows it; then the store tests of langgraph-checkpoint and
+#                        langgraph-checkpoint-postgres against our stores (run_store_tests.py)
 #   make demo            the CLI demo
 #   make bench           benchmarks against the upstream savers
 #   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8),
@@ -35,9 +37,11 @@ LANGGRAPH_SUITE_ARGS ?=
 
 # Everything the tests need from the network is fetched here, so that `make test` runs
 # offline afterwards: the packages (above), and LangGraph's sdist for its own test suite
-# (cached under .lgd/langgraph-suite/; a no-op when it is there).
+# (cached under .lgd/langgraph-suite/; a no-op when it is there), and the sdists of
+# langgraph-checkpoint and langgraph-checkpoint-postgres for their store tests (same place).
 setup: $(SETUP_STAMP)
 	$(PY) tests/langgraph_suite/run_suite.py --fetch-only
+	$(PY) tests/langgraph_suite/run_store_tests.py --fetch-only
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +68,7 @@ test-unit: setup
 
 test-langgraph: setup
 	$(PY) tests/langgraph_suite/run_suite.py $(LANGGRAPH_SUITE_ARGS)
+	$(PY) tests/langgraph_suite/run_store_tests.py
 
 demo: setup
 	$(VENV)/bin/langgraph-durable demo

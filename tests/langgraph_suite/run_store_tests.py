@@ -16,7 +16,8 @@ their ``tests/``. This script, like ``run_suite.py`` (whose helpers it uses):
    interface) with ``PostgresStore``, ``RedisStore`` and ``DynamoDBStore``;
    ``langgraph-checkpoint-postgres``'s ``tests/test_store.py`` with the same sync
    stores and its ``tests/test_async_store.py`` with ``AsyncPostgresStore``,
-   ``AsyncRedisStore`` and ``AsyncDynamoDBStore``;
+   ``AsyncRedisStore`` and ``AsyncDynamoDBStore`` (DynamoDB there only with
+   ``--backend dynamodb`` or ``LGD_STORE_TESTS_SLOW=1``: moto is slow);
 4. prints per file and backend how many tests passed, failed and were deselected, and
    every deselected test that does not apply to our stores with the reason
    (``store_adapter.INCOMPATIBLE``); exits non-zero if a test failed or if no test
@@ -28,6 +29,7 @@ Usage (from the repository root, with the project's virtualenv)::
     python tests/langgraph_suite/run_store_tests.py --backend pg     # PostgreSQL only
     python tests/langgraph_suite/run_store_tests.py --package postgres -- -x -k ttl
     LGD_STORE_TESTS_SLOW=1 python tests/langgraph_suite/run_store_tests.py  # + load tests
+                                        # and DynamoDB on the PostgreSQL store tests
 
 Services come from the test rig as for ``run_suite.py``: PostgreSQL, Redis and
 DynamoDB (moto's server unless ``LGD_DYNAMODB_ENDPOINT`` is set).
@@ -74,9 +76,17 @@ def log(msg: str) -> None:
 class Package:
     """One sdist: its distribution name, the key the adapter knows it by, its files."""
 
-    def __init__(self, dist: str, key: str, files: dict[str, str]) -> None:
+    def __init__(
+        self,
+        dist: str,
+        key: str,
+        files: dict[str, str],
+        default_backends: tuple[str, ...] = BACKENDS,
+    ) -> None:
         self.dist = dist
         self.key = key
+        # Without --backend, the backends run (every one with LGD_STORE_TESTS_SLOW=1).
+        self.default_backends = default_backends
         # test file -> the lines appended to it (names rebound to the adapter's)
         self.files = files
 
@@ -101,6 +111,9 @@ PACKAGES = {
             + "    async_vector_store_fixture as vector_store,\n"
             + "    create_async_vector_store as _create_vector_store,\n)\n",
         },
+        # DynamoDB (moto) costs more than the rest together on these files (a test puts
+        # 201 items, one call each): with --backend dynamodb or LGD_STORE_TESTS_SLOW=1.
+        default_backends=("pg", "redis"),
     ),
 }
 CONFTEST_LINE = (
@@ -304,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                 p for p in (env.get("PYTHONPATH"), str(rs.REPO_ROOT)) if p
             )
             for name in packages:
+                chosen = backends
+                if not args.backend and os.environ.get("LGD_STORE_TESTS_SLOW") != "1":
+                    chosen = [b for b in backends if b in PACKAGES[name].default_backends]
                 code, counts, dropped = run_package(
-                    name, PACKAGES[name], cache, backends, args, passthrough, env
+                    name, PACKAGES[name], cache, chosen, args, passthrough, env
                 )
                 codes.append(code)
                 for (file, backend), row in counts.items():
