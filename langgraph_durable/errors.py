@@ -8,13 +8,15 @@ without importing psycopg, redis or botocore.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "DurableError",
     "ConfigurationError",
     "InvalidInputError",
     "InvalidNamespaceError",
+    "WrongEventLoopError",
     "StorageError",
     "StorageUnavailableError",
     "SchemaError",
@@ -68,13 +70,42 @@ class InvalidInputError(DurableError, ValueError):
     """A call received input it cannot store or look up (e.g. no ``thread_id``)."""
 
 
-class InvalidNamespaceError(InvalidInputError):
-    """A store namespace breaks LangGraph's rules.
+_NAMESPACE_DOC = """A store namespace breaks LangGraph's rules.
 
     A namespace is a non-empty tuple of non-empty string labels without ``.``
     or NUL, whose first label is not ``langgraph``; a search prefix or a
-    listing's match path follows the same label rules and may be empty.
+    listing's match path follows the same label rules and may be empty. Also a
+    ``langgraph.store.base.InvalidNamespaceError``, so code written for
+    LangGraph's stores catches it.
     """
+
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError as _LangGraphNamespaceError
+
+    class InvalidNamespaceError(InvalidInputError, _LangGraphNamespaceError):
+        pass
+
+
+def __getattr__(name: str) -> Any:
+    # Made on first use: LangGraph's store module (its base class) takes seconds to
+    # import, and only the stores, which import it anyway, raise this error.
+    if name == "InvalidNamespaceError":
+        from langgraph.store.base import InvalidNamespaceError as langgraph_error
+
+        error = type(
+            "InvalidNamespaceError",
+            (InvalidInputError, langgraph_error),
+            {"__doc__": _NAMESPACE_DOC, "__module__": __name__},
+        )
+        globals()[name] = error
+        return error
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class WrongEventLoopError(ConfigurationError, asyncio.InvalidStateError):
+    """A sync method of an async store called on the store's own event loop (it would
+    block the loop it waits for). Also an ``asyncio.InvalidStateError``, as LangGraph's
+    async stores raise."""
 
 
 class StorageError(DurableError):

@@ -25,6 +25,7 @@ from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
 from .._core import store as core
 from .._core.sansio import Operation
 from .._saver_base import _Call
+from .._store_loop import run_on_loop
 from ..errors import ConfigurationError, InvalidNamespaceError
 from ._store import DEFAULT_MAX_SEARCH_ITEMS, StoreOps
 from ._store_settings import check_clock, check_index, check_ttl, tenant_resolver
@@ -301,15 +302,4 @@ class AsyncDynamoDBStore(_DynamoDBStoreBase):
         return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
 
     def _on_loop(self, coro: Any) -> Any:
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            coro.close()
-            raise ConfigurationError(
-                "the sync methods of AsyncDynamoDBStore run on the store's event loop from "
-                "another thread: call the async methods (abatch, aget, ...) on the loop"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return run_on_loop(self._loop, coro, "AsyncDynamoDBStore")

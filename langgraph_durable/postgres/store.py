@@ -27,6 +27,7 @@ from .._core import store as core
 from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
 from .._saver_base import _Call
+from .._store_loop import run_on_loop
 from ..errors import ConfigurationError, DurableError, InvalidNamespaceError
 from . import _rls
 from ._store import StoreOps
@@ -470,15 +471,4 @@ class AsyncPostgresStore(_PostgresStoreBase):
         return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
 
     def _on_loop(self, coro: Any) -> Any:
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            coro.close()
-            raise ConfigurationError(
-                "the sync methods of AsyncPostgresStore run on the store's event loop from "
-                "another thread: call the async methods (abatch, aget, ...) on the loop"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return run_on_loop(self._loop, coro, "AsyncPostgresStore")

@@ -34,6 +34,7 @@ from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
 from .._core.store_settings import check_index, check_ttl
 from .._saver_base import _Call
+from .._store_loop import run_on_loop
 from ..errors import ConfigurationError, InvalidNamespaceError
 from ._requests import Command
 from ._store import MAX_SEARCH_ITEMS, STORE_SCRIPTS, StoreOps
@@ -344,15 +345,4 @@ class AsyncRedisStore(_RedisStoreBase):
         return await self._saver._arun(self._sweep_all_op())  # type: ignore[no-any-return]
 
     def _on_loop(self, coro: Any) -> Any:
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            coro.close()
-            raise ConfigurationError(
-                "the sync methods of AsyncRedisStore run on the store's event loop from "
-                "another thread: call the async methods (abatch, aget, ...) on the loop"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return run_on_loop(self._loop, coro, "AsyncRedisStore")

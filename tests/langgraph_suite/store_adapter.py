@@ -177,33 +177,7 @@ INCOMPATIBLE: list[tuple[str, str, tuple[str, ...] | None, dict[str, Any] | None
 # Failures caused by our stores that are not on purpose: reported, not fixed here (the
 # code is outside the store modules). Marked xfail(strict=True): once fixed, the test
 # passes, pytest fails the run, and the entry is to be removed.
-_ERROR_CLASS = (
-    "reported bug: our InvalidNamespaceError (langgraph_durable.errors) is not a subclass "
-    "of langgraph.store.base.InvalidNamespaceError, so a bad label reaching batch/abatch "
-    "raises an error that `except langgraph.store.base.InvalidNamespaceError` misses"
-)
-_LIST_PREFIX = (
-    "reported bug: a list as namespace prefix (store.search(['test'])) is refused "
-    "('a namespace prefix must be a tuple of strings'); upstream's stores and "
-    "InMemoryStore accept it (BaseStore.search passes it on as given)"
-)
-_LOOP_ERROR = (
-    "reported bug: a sync method of our async store called on its own event loop raises "
-    "ConfigurationError; upstream raises asyncio.InvalidStateError (the test expects it)"
-)
-KNOWN_BUGS: list[tuple[str, str, tuple[str, ...] | None, str]] = [
-    ("pg:test_store", "test_batch_rejects_invalid_namespace_labels", None, _ERROR_CLASS),
-    ("pg:test_async_store", "test_abatch_rejects_invalid_namespace_labels", None, _ERROR_CLASS),
-    (
-        "pg:test_async_store",
-        "test_sync_methods_reject_invalid_namespace_labels",
-        None,
-        _ERROR_CLASS,
-    ),
-    ("pg:test_store", "test_search", None, _LIST_PREFIX),
-    ("pg:test_async_store", "test_batch_put_ops", None, _LIST_PREFIX),
-    ("pg:test_async_store", "test_no_running_loop", None, _LOOP_ERROR),
-]
+KNOWN_BUGS: list[tuple[str, str, tuple[str, ...] | None, str]] = []
 
 # Parameters that select pgvector settings our stores do not have: a test run again
 # with another vector_type or distance_type is the same test for our stores.

@@ -99,13 +99,23 @@ class BatchPlan:
         return list(seen)
 
 
+def _tuple_namespaces(op: Op) -> Op:
+    """``op`` with a namespace given as a list turned into a tuple (LangGraph's stores
+    take a list of labels too)."""
+    if isinstance(op, SearchOp) and isinstance(op.namespace_prefix, list):
+        return op._replace(namespace_prefix=tuple(op.namespace_prefix))
+    if isinstance(op, (GetOp, PutOp)) and isinstance(op.namespace, list):
+        return op._replace(namespace=tuple(op.namespace))
+    return op
+
+
 def plan_batch(ops: Iterable[Op]) -> BatchPlan:
     """Check and plan a batch: reads see the store before the batch, puts apply after.
 
     Raises:
         InvalidNamespaceError, InvalidInputError: an op is malformed (nothing runs).
     """
-    plan = BatchPlan(list(ops))
+    plan = BatchPlan([_tuple_namespaces(op) for op in ops])
     keys: dict[tuple[tuple[str, ...], str], None] = {}
     prefixes: dict[tuple[str, ...], None] = {}
     for i, op in enumerate(plan.ops):

@@ -24,6 +24,8 @@ def check_labels(namespace: Any, what: str = "namespace") -> tuple[str, ...]:
     Raises:
         InvalidNamespaceError: a label is not a string, is empty, or holds ``.`` or NUL.
     """
+    if isinstance(namespace, list):  # LangGraph's stores take a list of labels too
+        namespace = tuple(namespace)
     if not isinstance(namespace, tuple):
         raise InvalidNamespaceError(
             f"a {what} must be a tuple of strings, got {type(namespace).__name__}"
