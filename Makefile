@@ -11,7 +11,9 @@
 #   make bench           benchmarks against the upstream savers
 #   make soak            the long runs: 500 SIGKILL trials per backend (make test runs 8),
 #                        100 property examples per test (make test runs 4) and the full
-#                        tamper matrix (every backend, mode and edit; make test runs a part)
+#                        tamper matrix (every backend, mode and edit; make test runs a part),
+#                        every Redis Cluster failover variant, forget over 10,000 store items
+#                        and the store differential tests at 100 examples
 #
 # Services (tests/servers.py, docs/testing.md): PostgreSQL from $LGD_POSTGRES_URL, else one
 # answering on 127.0.0.1:5432, else a throwaway server; Redis from $LGD_REDIS_URL, else one
@@ -95,8 +97,10 @@ soak: setup
 	mkdir -p .lgd && rm -f .lgd/soak-report.txt
 	LGD_CRASH_TRIALS=$(SOAK_TRIALS) LGD_CRASH_REPORT=.lgd/soak-report.txt \
 		LGD_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) LGD_TAMPER_FULL=1 \
+		LGD_FAILOVER_FULL=1 LGD_FORGET_FULL=1 \
 		$(PY) -m pytest -n 4 --timeout 0 tests/effects/test_crash.py tests/property \
-		tests/security/test_tamper_matrix.py; \
+		tests/security/test_tamper_matrix.py tests/faults/test_redis_failover.py \
+		tests/cli/test_forget.py tests/store; \
 		status=$$?; \
 		LGD_SOAK_SECONDS=$(SOAK_SECONDS) LGD_SOAK_THREADS=$(SOAK_THREADS) LGD_SOAK_WORKERS=4 \
 		LGD_SOAK_RSS_STEPS=$(SOAK_RSS_STEPS) LGD_SOAK_RSS_SECONDS=$(SOAK_SECONDS) \
