@@ -26,6 +26,7 @@ from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
 from .._core import store as core
 from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
+from .._core.store_settings import check_index, check_ttl
 from .._saver_base import _Call
 from .._store_loop import run_on_loop
 from ..errors import ConfigurationError, DurableError, InvalidNamespaceError
@@ -38,8 +39,6 @@ __all__ = ["PostgresStore", "AsyncPostgresStore"]
 StoreTenant = Callable[[], "str | None"]
 
 _log = logging.getLogger("langgraph_durable.store")
-
-_TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
 
 
 def _tenant_of_run() -> str | None:
@@ -56,35 +55,6 @@ def _interval(minutes: float | None, ttl: Any) -> float | None:
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
         raise ConfigurationError(f"sweep_interval_minutes must be > 0, got {minutes!r}")
     return float(minutes) * 60.0
-
-
-def _check_ttl(ttl: Any) -> dict[str, Any] | None:
-    if ttl is None:
-        return None
-    if not isinstance(ttl, dict) or set(ttl) - _TTL_KEYS:
-        raise ConfigurationError(
-            f"ttl must be a TTLConfig dict with keys among {sorted(_TTL_KEYS)}, got {ttl!r}"
-        )
-    default = ttl.get("default_ttl")
-    if default is not None and (
-        isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0
-    ):
-        raise ConfigurationError(f"default_ttl must be minutes > 0 or None, got {default!r}")
-    return dict(ttl)
-
-
-def _check_index(index: Any) -> dict[str, Any] | None:
-    if index is None:
-        return None
-    if not isinstance(index, dict) or "embed" not in index:
-        raise ConfigurationError(
-            "index must be an IndexConfig dict with 'embed' (and 'dims', optionally "
-            f"'fields'), got {index!r}"
-        )
-    dims = index.get("dims")
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
-        raise ConfigurationError(f"index dims must be a positive integer, got {dims!r}")
-    return dict(index)
 
 
 class _PostgresStoreBase(BaseStore):
@@ -112,9 +82,9 @@ class _PostgresStoreBase(BaseStore):
         row_level_security: bool = False,
         tenant_signing_key: str | bytes | None = None,
     ) -> None:
-        self.ttl_config = _check_ttl(ttl)  # type: ignore[assignment]
+        self.ttl_config = check_ttl(ttl)  # type: ignore[assignment]
         _interval(None, self.ttl_config)  # a bad sweep interval fails here, not in a sweeper
-        self.index_config = _check_index(index)
+        self.index_config = check_index(index)
         self.embeddings = (
             ensure_embeddings(self.index_config["embed"]) if self.index_config else None
         )
