@@ -76,6 +76,18 @@ def env_required(env: Mapping[str, str], name: str, what: str) -> str:
     return value
 
 
+def env_number(env: Mapping[str, str], name: str, integer: bool = False) -> float | None:
+    """A number setting (an integer if ``integer``); ``None`` when unset or blank."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value) if integer else float(value)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigurationError(f"{name} must be {kind}, got {value!r}") from None
+
+
 @asynccontextmanager
 async def set_up_saver(opened: Any, run_setup: bool) -> AsyncIterator[Any]:
     """Enter a saver's async context manager, run ``setup()`` if asked, yield the saver."""

@@ -23,6 +23,12 @@ Settings come from the environment:
 ``LGD_REDIS_REFRESH_TTL_ON_READ``      ``on`` makes reads count as writes for
                                        retention
 ``LGD_REDIS_SETUP``                    ``off`` skips ``setup()`` at start
+``LGD_REDIS_WAIT_REPLICAS``            replicas each write waits for (``WAIT``;
+                                       default 0: none), within
+                                       ``LGD_REDIS_WAIT_TIMEOUT`` seconds (default 1)
+``LGD_REDIS_POOL_SIZE``                connections of the client (default 16); a call
+                                       waits ``LGD_REDIS_POOL_TIMEOUT`` seconds
+                                       (default 30) for a free one
 ``LGD_INTEGRITY_KEY``                  chain key (hex, 32 bytes): tamper-evident
                                        history (``integrity=``), checked by
                                        ``langgraph-durable verify``
@@ -70,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 from .._server import (
     encryption_from_env,
     env_flag,
+    env_number,
     env_required,
     retention_from_env,
     set_up_saver,
@@ -77,7 +84,7 @@ from .._server import (
 from .._store_server import store_options_from_env, sweep_minutes_from_env, sweeping
 from ..errors import ConfigurationError
 from ..protect.integrity import integrity_from_env
-from .saver import AsyncRedisSaver
+from .saver import AsyncRedisSaver, RedisOptions
 
 if TYPE_CHECKING:
     from .store import AsyncRedisStore
@@ -124,7 +131,32 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     integrity = integrity_from_env(env)
     if integrity is not None:
         settings["integrity"] = integrity
+    settings.update(_connection_settings(env))
     return settings
+
+
+#: The saver options read from the environment for durability and the client's pool.
+_CONNECTION_VARS = {
+    "wait_replicas": ("LGD_REDIS_WAIT_REPLICAS", True),
+    "wait_timeout": ("LGD_REDIS_WAIT_TIMEOUT", False),
+    "pool_size": ("LGD_REDIS_POOL_SIZE", True),
+    "pool_timeout": ("LGD_REDIS_POOL_TIMEOUT", False),
+}
+
+
+def _connection_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``LGD_REDIS_WAIT_*`` / ``LGD_REDIS_POOL_*`` options given, checked now."""
+    found: dict[str, Any] = {}
+    for option, (name, integer) in _CONNECTION_VARS.items():
+        value = env_number(env, name, integer)
+        if value is None:
+            continue
+        try:
+            RedisOptions(**{option: value})  # type: ignore[arg-type]
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{name}: {exc}") from None
+        found[option] = value
+    return found
 
 
 @asynccontextmanager

@@ -79,3 +79,42 @@ async def test_factory_encrypts_with_the_keyring_from_the_environment(
         await saver.aput(config, cp, {}, {})
         tup = await saver.aget_tuple(config)
         assert tup is not None and tup.checkpoint["id"] == cp["id"]
+
+
+def test_settings_read_wait_and_pool_options() -> None:
+    base = {"LGD_REDIS_URL": "redis://x"}
+    s = settings_from_env(
+        {
+            **base,
+            "LGD_REDIS_WAIT_REPLICAS": "1",
+            "LGD_REDIS_WAIT_TIMEOUT": "0.5",
+            "LGD_REDIS_POOL_SIZE": "64",
+            "LGD_REDIS_POOL_TIMEOUT": "5",
+        }
+    )
+    assert (s["wait_replicas"], s["wait_timeout"], s["pool_size"], s["pool_timeout"]) == (
+        1,
+        0.5,
+        64,
+        5.0,
+    )
+    for name, value in (
+        ("LGD_REDIS_WAIT_REPLICAS", "one"),
+        ("LGD_REDIS_WAIT_REPLICAS", "99"),
+        ("LGD_REDIS_WAIT_TIMEOUT", "0"),
+        ("LGD_REDIS_POOL_SIZE", "1.5"),
+        ("LGD_REDIS_POOL_TIMEOUT", "-1"),
+    ):
+        with pytest.raises(ConfigurationError, match=name):
+            settings_from_env({**base, name: value})
+
+
+async def test_factory_passes_pool_options_to_the_saver(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LGD_REDIS_URL", redis_url)
+    monkeypatch.setenv("LGD_REDIS_PREFIX", redis_prefix)
+    monkeypatch.setenv("LGD_REDIS_POOL_SIZE", "3")
+    monkeypatch.setenv("LGD_REDIS_WAIT_TIMEOUT", "0.25")
+    async with checkpointer() as saver:
+        assert saver.options.pool_size == 3 and saver.options.wait_timeout == 0.25
