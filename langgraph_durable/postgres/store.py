@@ -90,7 +90,7 @@ class _PostgresStoreBase(DurableStoreBase):
             row_level_security=row_level_security,
             tenant_signing_key=tenant_signing_key,
         )
-        self._store_ops = StoreOps(schema)
+        self._store_ops = StoreOps(schema, self.max_search_items)
 
     @property
     def schema(self) -> str:

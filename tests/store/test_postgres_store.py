@@ -24,7 +24,12 @@ from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, Sear
 from psycopg import sql
 
 from langgraph_durable._core import store as core
-from langgraph_durable.errors import ConfigurationError, DecryptionError, InvalidNamespaceError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DecryptionError,
+    InvalidInputError,
+    InvalidNamespaceError,
+)
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
 from langgraph_durable.protect import Encryption, LocalKeyring, Redaction
 from tests.encryption_helpers import canary_forms, local_encryption
@@ -301,6 +306,38 @@ def test_a_search_without_filter_or_query_reads_only_its_page(pg_url: str, schem
         rows.clear()
         store.search(("a",), filter={"n": {"$gte": 0}}, limit=3, refresh_ttl=False)
         assert rows == [30]  # a filter needs every value opened
+
+
+def test_a_search_over_too_many_items_is_refused(pg_url: str, schema: str) -> None:
+    clock = FakeClock()
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=uuid.uuid4().hex, max_search_items=5, clock=clock
+    ) as store:
+        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}, ttl=1.0) for i in range(6)])
+        assert len(store.search(("a", "0"), filter={"v": {"$gte": 0}}, refresh_ttl=False)) == 3
+        assert len(store.search(("a",), limit=4, refresh_ttl=False)) == 4  # a page: its rows
+        clock.advance(50)
+        every = {"v": {"$gte": 0}}
+        with pytest.raises(InvalidInputError, match="max_search_items=5"):
+            store.batch(
+                [
+                    GetOp(("a", "0"), "k0"),
+                    SearchOp(("a",), filter=every),
+                    PutOp(("b",), "k", {"v": 1}),
+                    PutOp(("a", "1"), "k1", None),
+                ]
+            )
+        assert store.get(("b",), "k") is None  # nothing of the refused batch was written
+        assert store.get(("a", "1"), "k1", refresh_ttl=False) is not None
+        clock.advance(20)
+        assert store.get(("a", "0"), "k0") is None  # nor was the get's refresh
+        store.batch([PutOp(("c",), f"j{i}", {"v": i}) for i in range(6)])
+        with pytest.raises(InvalidInputError, match="max_search_items=5"):
+            asyncio.run(store.asearch((), filter=every))  # 6 live items
+        store.delete(("c",), "j5")
+        assert len(store.search((), filter=every)) == 5  # at the bound: answered
+    with pytest.raises(ConfigurationError):
+        PostgresStore(pg_url, max_search_items=0)
 
 
 def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
