@@ -20,7 +20,8 @@ A backend class provides ``_saver_class``, its constructor (its own options, the
 The sweep API is the same on every store: ``sweep_expired()`` /
 ``asweep_expired()`` delete the current tenant's expired items and return how many,
 ``sweep_all_expired()`` / ``asweep_all_expired()`` every tenant's, as
-``{tenant: count}`` (where the backend can: see ``supports_sweep_all``).
+``{tenant: count}`` for the tenants that had any (where the backend can: see
+``supports_sweep_all``; DynamoDB raises ``UnsupportedOperationError``).
 """
 
 from __future__ import annotations
@@ -247,7 +248,13 @@ class SyncStoreMethods(DurableStoreBase):
 
     def sweep_all_expired(self) -> dict[str, int]:
         """Delete every tenant's expired items now (the pruner's sweep): the number
-        deleted per tenant."""
+        deleted per tenant, for the tenants that had any.
+
+        Raises:
+            UnsupportedOperationError: The backend cannot find every tenant's expired
+                items without a Scan (DynamoDB, whose native TTL deletes them; see
+                ``supports_sweep_all``).
+        """
         return self._run(self._sweep_all_op())  # type: ignore[no-any-return]
 
     async def asweep_all_expired(self) -> dict[str, int]:
@@ -328,7 +335,8 @@ class AsyncStoreMethods(DurableStoreBase):
         return self._on_loop(self.asweep_expired())  # type: ignore[no-any-return]
 
     async def asweep_all_expired(self) -> dict[str, int]:
-        """Delete every tenant's expired items now: the number deleted per tenant."""
+        """Delete every tenant's expired items now (see the sync store's
+        ``sweep_all_expired``): the number deleted per tenant that had any."""
         return await self._arun(self._sweep_all_op())  # type: ignore[no-any-return]
 
     def sweep_all_expired(self) -> dict[str, int]:

@@ -291,7 +291,8 @@ class StoreOps:
                 return done
 
     def sweep_all(self, now: float) -> Generator[Any, Any, dict[str, int]]:
-        """Sweep every tenant that has items with a TTL: {tenant: items deleted}.
+        """Sweep every tenant that has items with a TTL: {tenant: items deleted}, for
+        the tenants that had any (as on every backend).
 
         The tenants are found by their expiry index (``P:store:{T}:x``, which exists
         while a tenant has items with a TTL): one SCAN over the keys of that kind, as
@@ -306,7 +307,9 @@ class StoreOps:
             if not name.startswith(head) or any(c in tag for c in "{}"):
                 continue
             tenant = _untag(tag)
-            out[tenant] = yield from self.sweep(tenant, now)
+            swept = yield from self.sweep(tenant, now)
+            if swept:
+                out[tenant] = swept
         return out
 
 

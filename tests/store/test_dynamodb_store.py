@@ -498,3 +498,33 @@ def test_altered_stripped_or_replayed_clear_attributes_do_not_open(client: Any, 
                 store.search(("a",), query="river")
         client.put_item(TableName=table, Item=new)
         assert store.search(("a",), query="river")[0].value == {"text": "river"}
+
+
+def test_a_sweep_keeps_an_item_put_again_meanwhile(
+    client: Any, dynamodb_endpoint: str, table: str
+) -> None:
+    tenant, clock, ttl = uuid.uuid4().hex, FakeClock(), {"default_ttl": 1.0}
+    other = make_client(dynamodb_endpoint)
+    with (
+        DynamoDBStore(client, table=table, tenant=tenant, ttl=ttl, clock=clock) as store,
+        DynamoDBStore(other, table=table, tenant=tenant, ttl=ttl, clock=clock) as writer,
+    ):
+        store.put(("a",), "k", {"v": 1})
+        store.put(("a",), "j", {"v": 1})
+        clock.advance(61)
+        fired = []
+
+        def put_meanwhile(**_: Any) -> None:
+            if not fired:  # after the sweep's Query of the index, before its deletes
+                fired.append(1)
+                writer.put(("a",), "k", {"v": 2})
+
+        client.meta.events.register("before-call.dynamodb.TransactWriteItems", put_meanwhile)
+        try:
+            assert store.sweep_expired() == 1  # j; k's delete was dropped
+        finally:
+            client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", put_meanwhile)
+        assert fired and store.get(("a",), "k").value == {"v": 2}  # type: ignore[union-attr]
+        assert store.list_namespaces() == [("a",)]
+        clock.advance(61)
+        assert store.sweep_expired() == 1 and store.list_namespaces() == []
