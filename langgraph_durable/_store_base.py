@@ -30,6 +30,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables.config import var_child_runnable_config
@@ -43,6 +44,7 @@ from .errors import ConfigurationError, InvalidNamespaceError, WrongEventLoopErr
 
 __all__ = [
     "StoreTenant",
+    "StoreBatch",
     "DurableStoreBase",
     "SyncStoreMethods",
     "AsyncStoreMethods",
@@ -93,6 +95,18 @@ def run_on_loop(loop: asyncio.AbstractEventLoop | None, coro: Any, store: str) -
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
+@dataclass(frozen=True, slots=True)
+class StoreBatch:
+    """A batch as a backend's operation gets it: its tenant, its plan, the time it
+    runs at, the query vectors by query and the put vectors by item (None: none)."""
+
+    tenant: str
+    plan: core.BatchPlan
+    now: float
+    by_query: dict[str, Sequence[float]]
+    by_item: Any
+
+
 class DurableStoreBase(BaseStore):
     """Settings, tenant and the operations' common checks, for every backend's stores."""
 
@@ -102,6 +116,8 @@ class DurableStoreBase(BaseStore):
     _saver_class: type[Any]
     _saver: Any
     _store_ops: Any
+    #: The batch as one operation (each backend's: read, decide with the core, write).
+    _batch_steps: Callable[[StoreBatch], Operation[list[Result]]]
 
     def _init_store(
         self,
@@ -141,16 +157,6 @@ class DurableStoreBase(BaseStore):
 
     # ---- what a backend provides ----------------------------------------------------
 
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
-        raise NotImplementedError
-
     def _delete_namespace_steps(self, tenant: str, prefix: tuple[str, ...]) -> Operation[int]:
         raise NotImplementedError
 
@@ -174,6 +180,19 @@ class DurableStoreBase(BaseStore):
         return None
 
     # ---- the operations -------------------------------------------------------------
+
+    def _batch_op(
+        self,
+        plan: core.BatchPlan,
+        queries: Sequence[str],
+        query_vectors: Sequence[Sequence[float]],
+        tasks: Sequence[core.EmbedTask],
+        vectors: Sequence[Sequence[float]],
+    ) -> Operation[list[Result]]:
+        """The batch as one operation, its queries and put texts embedded."""
+        by_query = dict(zip(queries, query_vectors, strict=True))
+        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        return self._batch_steps(StoreBatch(self.tenant, plan, self._now(), by_query, by_item))
 
     def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
         core.check_labels(prefix, "namespace prefix")

@@ -15,7 +15,7 @@ the embedding function's own call) and hands the operation to the driver.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from typing import Any
 
 from langgraph.store.base import Result
@@ -24,7 +24,7 @@ from .._core import store as core
 from .._core.sansio import Operation
 from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_base import AsyncStoreMethods, DurableStoreBase, SyncStoreMethods
+from .._store_base import AsyncStoreMethods, DurableStoreBase, StoreBatch, SyncStoreMethods
 from ..errors import ConfigurationError, UnsupportedOperationError
 from ._store import StoreOps
 from .saver import AsyncDynamoDBSaver, DynamoDBSaver, parse_conn_string
@@ -87,28 +87,18 @@ class _DynamoDBStoreBase(DurableStoreBase):
         """The table holding the store's items (the saver's)."""
         return self._saver.table  # type: ignore[no-any-return]
 
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: read, decide (the core), write."""
-        tenant = self.tenant
-        now = self._now()
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
         ops, saver = self._store_ops, self._saver
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
             read = yield from ops.read(tenant, plan, now, pipeline.open)
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, by_query
+                plan, read.found, read.searched, read.namespaces, now, batch.by_query
             )
-            writes = core.item_writes(plan, now, by_item)
+            writes = core.item_writes(plan, now, batch.by_item)
             if writes or refreshes:
                 yield from ops.write(tenant, now, writes, refreshes, read.stamps, pipeline.seal)
             if read.stale:  # entries of expired items the reads saw (DynamoDB's TTL keeps them)

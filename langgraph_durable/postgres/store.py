@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from typing import Any
 
 from langgraph.store.base import Result
@@ -24,7 +24,13 @@ from .._core import store as core
 from .._core.sansio import Operation
 from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_base import AsyncStoreMethods, DurableStoreBase, StoreTenant, SyncStoreMethods
+from .._store_base import (
+    AsyncStoreMethods,
+    DurableStoreBase,
+    StoreBatch,
+    StoreTenant,
+    SyncStoreMethods,
+)
 from ..errors import ConfigurationError, DurableError
 from . import _rls
 from ._store import StoreOps
@@ -102,26 +108,16 @@ class _PostgresStoreBase(DurableStoreBase):
             return steps
         return _rls.with_settings(steps, _rls.tenant_settings(self._saver._ops, tenant))
 
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: read, decide (the core), write."""
-        tenant = self.tenant
-        now = self._now()
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
         fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
-            writes = core.item_writes(plan, now, by_item)
+            writes = core.item_writes(plan, now, batch.by_item)
             # One statement for reads and writes, except under row-level security: there
             # the driver sends a statement with payload parameters and settings as an
             # EXECUTE in the simple protocol, whose rows (the payloads read) would come
@@ -131,7 +127,7 @@ class _PostgresStoreBase(DurableStoreBase):
                 tenant, plan, now, pipeline.open, indexed, along, pipeline.seal, fetched
             )
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, by_query
+                plan, read.found, read.searched, read.namespaces, now, batch.by_query
             )
             left = () if read.wrote else writes
             query = ops.write_query(tenant, now, left, refreshes, pipeline.seal)

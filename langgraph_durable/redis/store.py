@@ -20,7 +20,7 @@ its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from typing import Any
 
 from langgraph.store.base import Result
@@ -29,7 +29,13 @@ from .._core import store as core
 from .._core.sansio import Operation
 from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_base import AsyncStoreMethods, DurableStoreBase, StoreTenant, SyncStoreMethods
+from .._store_base import (
+    AsyncStoreMethods,
+    DurableStoreBase,
+    StoreBatch,
+    StoreTenant,
+    SyncStoreMethods,
+)
 from ._requests import Command
 from ._store import STORE_SCRIPTS, StoreOps
 from .saver import AsyncRedisSaver, RedisSaver
@@ -82,20 +88,10 @@ class _RedisStoreBase(DurableStoreBase):
         """The redis-py client the store uses."""
         return self._saver.client
 
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: one script (reads, then writes), the core decides."""
-        tenant = self.tenant
-        now = self._now()
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
-        writes = core.item_writes(plan, now, by_item)
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
+        writes = core.item_writes(plan, now, batch.by_item)
         ops, saver = self._store_ops, self._saver
         sent: list[Any] = []  # the script's reply, kept if opening needs other key versions
 
@@ -108,7 +104,7 @@ class _RedisStoreBase(DurableStoreBase):
                 # opens the same reply, it does not write twice nor read its own writes.
                 sent.append((yield ops.batch_script(tenant, plan, now, writes, pipeline.seal)))
             found, searched, names = ops.read_reply(tenant, plan, sent[0], pipeline.open)
-            results, refreshes = core.answer(plan, found, searched, names, now, by_query)
+            results, refreshes = core.answer(plan, found, searched, names, now, batch.by_query)
             refresh = ops.refresh_script(tenant, plan, now, refreshes) if refreshes else None
             if refresh is not None:
                 yield refresh
