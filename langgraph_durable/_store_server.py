@@ -158,16 +158,21 @@ async def sweeping(store: Any, minutes: float | None) -> AsyncIterator[None]:
     """Sweep ``store``'s expired items every ``minutes`` while the block runs.
 
     The store's own ``start_ttl_sweeper`` when it has one, else a task on the
-    running loop calling its ``asweep_ttl`` or ``asweep_all_expired`` (a failed
-    sweep is logged; the next runs on time).
+    running loop calling its ``asweep_all_expired`` (a failed sweep is logged; the
+    next runs on time).
 
     Raises:
-        ConfigurationError: ``minutes`` is set and the store has no sweep (DynamoDB:
-            the table's native TTL deletes expired items).
+        ConfigurationError: ``minutes`` is set and the store cannot sweep every tenant
+            (DynamoDB: the table's native TTL deletes expired items).
     """
     if minutes is None:
         yield
         return
+    if not getattr(store, "supports_sweep_all", True):
+        raise ConfigurationError(
+            f"{SWEEP_ENV} is set but this store does not sweep every tenant: its table's "
+            "native TTL deletes expired items (unset it)"
+        )
     if hasattr(store, "start_ttl_sweeper"):
         await store.start_ttl_sweeper(minutes)
         try:
@@ -175,12 +180,7 @@ async def sweeping(store: Any, minutes: float | None) -> AsyncIterator[None]:
         finally:
             await store.stop_ttl_sweeper()
         return
-    sweep = getattr(store, "asweep_ttl", None) or getattr(store, "asweep_all_expired", None)
-    if sweep is None:
-        raise ConfigurationError(
-            f"{SWEEP_ENV} is set but this store has no sweep: its table's native TTL "
-            "deletes expired items (unset it)"
-        )
+    sweep = store.asweep_all_expired
     interval = minutes * 60.0
 
     async def loop() -> None:

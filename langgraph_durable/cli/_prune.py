@@ -9,11 +9,11 @@ with neither, each thread's stored expiry (written by a saver with ``retention=`
 decides. Every report says which policy ran and where it came from.
 
 Then it sweeps the long-term memory store's expired items (the store's
-``sweep_ttl``, on Redis ``sweep_all_expired``; with ``--tenant`` only that
-tenant's where the store can, on Redis): ``store_items`` in the JSON, the number
-deleted, or null with ``store_sweep`` saying why none ran (a dry run, the time
-budget spent on threads, another pruner running, DynamoDB whose native TTL
-deletes them). Expired items are never returned whether swept or not.
+``sweep_all_expired``; with ``--tenant`` only that tenant's, ``sweep_expired``):
+``store_items`` in the JSON, the number deleted, or null with ``store_sweep``
+saying why none ran (a dry run, the time budget spent on threads, another pruner
+running, DynamoDB without ``--tenant``, whose native TTL deletes them). Expired
+items are never returned whether swept or not.
 
 Quiet for cron: a real run prints nothing unless stdout is a terminal (or
 ``--json`` asks for the summary line); a dry run always prints what it would
@@ -274,14 +274,9 @@ def _sweep_store(
         return None, "not swept: the time budget ran out on threads; the next run sweeps"
     if args.dry_run:
         return None, "not counted: a dry run does not sweep the store's expired items"
-    cls = store_class(target.backend)
     if args.tenant is not None:
-        if not hasattr(cls, "sweep_expired"):
-            return None, "not swept: the store sweeps every tenant at once (drop --tenant)"
         method = "sweep_expired"
-    elif hasattr(cls, "sweep_ttl"):
-        method = "sweep_ttl"
-    elif hasattr(cls, "sweep_all_expired"):
+    elif store_class(target.backend).supports_sweep_all:
         method = "sweep_all_expired"
     else:  # DynamoDB: the table's native TTL deletes expired items
         return None, "not swept: the table's native TTL deletes expired items"

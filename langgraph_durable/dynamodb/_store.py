@@ -25,7 +25,7 @@ from typing import Any
 
 from .._core import store as core
 from .._core.records import RecordIdentity, Sealed
-from ..errors import InvalidInputError
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
 from ._calls import OpsBase, TransactionCanceledError, new_token
 from ._items import TRANSACTION_ITEMS, N, S
 from ._store_keys import (
@@ -48,8 +48,6 @@ from ._store_keys import (
 
 __all__ = ["StoreOps", "Read", "DEFAULT_MAX_SEARCH_ITEMS"]
 
-#: Items one search may read (every item under its prefix is scored in Python).
-DEFAULT_MAX_SEARCH_ITEMS = 10_000
 #: Expired entries one update removes from an index item (its expressions stay < 4 KB).
 _STALE_PER_UPDATE = 100
 #: Bytes of one transaction's actions we allow (DynamoDB's limit is 4 MB).
@@ -150,7 +148,8 @@ class StoreOps:
         for ns in live:
             if not any(core.under(ns, p) for p in plan.search_prefixes):
                 continue
-            items = yield from self._items(tenant, ns, budget, plan.search_prefixes)
+            prefix = next(p for p in plan.search_prefixes if core.under(ns, p))
+            items = yield from self._items(tenant, ns, budget, prefix)
             budget -= len(items)
             for item in items:
                 stored = stored_item(tenant, ns, item, open)
@@ -159,7 +158,7 @@ class StoreOps:
         return out
 
     def _items(
-        self, tenant: str, ns: tuple[str, ...], budget: int, prefixes: Any
+        self, tenant: str, ns: tuple[str, ...], budget: int, prefix: tuple[str, ...]
     ) -> Generator[Any, Any, list[dict[str, Any]]]:
         """Every item of a namespace (all pages), refused past ``budget`` items."""
         params = self.calls._query_params(item_pk(tenant, ns), None)
@@ -168,12 +167,7 @@ class StoreOps:
             resp = yield from self.calls._call("query", params)
             items.extend(resp.get("Items") or [])
             if len(items) > budget:
-                raise InvalidInputError(
-                    f"a search under {prefixes!r} reads more than "
-                    f"max_search_items={self.max_search_items} items (DynamoDB search is exact, "
-                    "over every item under the prefix): search a narrower namespace prefix, "
-                    "or raise the store's max_search_items"
-                )
+                raise search_too_large(prefix, None, self.max_search_items)
             last = resp.get("LastEvaluatedKey")
             if not last:
                 return items
@@ -287,8 +281,9 @@ class StoreOps:
             out.append(current)
         return out
 
-    def _transact(self, tenant: str, units: list[_Unit]) -> Generator[Any, Any, None]:
-        """Apply one transaction's units; refreshes whose item changed meanwhile are dropped."""
+    def _transact(self, tenant: str, units: list[_Unit]) -> Generator[Any, Any, int]:
+        """Apply one transaction's units; refreshes (and sweeps) whose item changed
+        meanwhile are dropped. The number of units applied."""
         while units:
             actions: list[dict[str, Any]] = []
             owners: list[_Unit | None] = []
@@ -303,7 +298,7 @@ class StoreOps:
             params = {"TransactItems": actions, "ClientRequestToken": new_token()}
             try:
                 yield from self.calls._call("transact_write_items", params)
-                return None
+                return len(units)
             except TransactionCanceledError as exc:
                 failed = {
                     id(owners[i])
@@ -314,7 +309,7 @@ class StoreOps:
                 if not gone or not all(u.refresh for u in gone):
                     raise
                 units = [u for u in units if id(u) not in failed]
-        return None
+        return 0
 
     def write(
         self,
@@ -355,6 +350,40 @@ class StoreOps:
             )
         yield from self.calls._transact_updates(actions)
         return None
+
+    # ---- the sweep ---------------------------------------------------------------------
+
+    def sweep(self, tenant: str, now: float) -> Generator[Any, Any, int]:
+        """Delete the items of ``tenant`` expired at ``now``; the number swept.
+
+        One Query of the tenant's namespace index (all pages) finds them, by the expiry
+        each entry holds; each item goes with its entry, in transactions, on condition
+        that it is still expired (or already gone: DynamoDB's TTL deleted it, its entry
+        is swept and counted); an item put again meanwhile stays.
+        """
+        index = yield from self._index(tenant, [()])
+        table = self.table
+        units = []
+        for item in index:
+            ns = namespace_of_index_sk(item["sk"]["S"])
+            for name in stale_entries(item, now):
+                key = key_of_entry(name)
+                assert key is not None
+                action = {
+                    "Delete": {
+                        "TableName": table,
+                        "Key": self._key(tenant, ns, key),
+                        "ConditionExpression": "attribute_not_exists(#pk) OR #xp <= :now",
+                        "ExpressionAttributeNames": {"#pk": "pk", "#xp": "xp"},
+                        "ExpressionAttributeValues": {":now": N(now)},
+                    }
+                }
+                # dropped, as a refresh is, when its condition fails (put again meanwhile)
+                units.append(_Unit(ns, key, action, None, 300, refresh=True))
+        swept = 0
+        for chunk in self._transactions(tenant, units):
+            swept += yield from self._transact(tenant, chunk)
+        return swept
 
     # ---- deleting a namespace --------------------------------------------------------
 

@@ -15,29 +15,27 @@ the embedding function's own call) and hands the operation to the driver.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Generator
 from typing import Any
 
-from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
+from langgraph.store.base import Result
 
 from .._core import store as core
 from .._core.sansio import Operation
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_loop import run_on_loop
-from ..errors import ConfigurationError, InvalidNamespaceError
-from ._store import DEFAULT_MAX_SEARCH_ITEMS, StoreOps
-from ._store_settings import check_clock, check_index, check_ttl, tenant_resolver
+from .._store_base import AsyncStoreMethods, DurableStoreBase, StoreBatch, SyncStoreMethods
+from ..errors import ConfigurationError, UnsupportedOperationError
+from ._store import StoreOps
 from .saver import AsyncDynamoDBSaver, DynamoDBSaver, parse_conn_string
 
 __all__ = ["DynamoDBStore", "AsyncDynamoDBStore"]
 
 
-class _DynamoDBStoreBase(BaseStore):
-    """What the sync and async stores share: settings, tenant, the operations."""
+class _DynamoDBStoreBase(DurableStoreBase):
+    """What the sync and async stores share: their saver, the operations."""
 
-    supports_ttl = True
+    supports_sweep_all = False  # no tenant list without a Scan: the native TTL deletes
     _saver_class: type[DynamoDBSaver] | type[AsyncDynamoDBSaver]
 
     def __init__(
@@ -47,6 +45,7 @@ class _DynamoDBStoreBase(BaseStore):
         tenant: Any = None,
         encryption: Any = None,
         redaction: Any = None,
+        integrity: Any = None,
         serde: Any = None,
         ttl: Any = None,
         index: Any = None,
@@ -55,23 +54,9 @@ class _DynamoDBStoreBase(BaseStore):
         options: Any = None,
         **settings: Any,
     ) -> None:
-        self.ttl_config = check_ttl(ttl)  # type: ignore[assignment]
-        self.index_config = check_index(index)
-        self.embeddings = (
-            ensure_embeddings(self.index_config["embed"]) if self.index_config else None
+        self._init_store(
+            tenant=tenant, ttl=ttl, index=index, clock=clock, max_search_items=max_search_items
         )
-        self._fields = core.index_fields(self.index_config)
-        self._dims = self.index_config.get("dims") if self.index_config else None
-        self._clock: Callable[[], float] = check_clock(clock) or time.time
-        self._tenant = tenant_resolver(tenant)
-        if (
-            isinstance(max_search_items, bool)
-            or not isinstance(max_search_items, int)
-            or max_search_items < 1
-        ):
-            raise ConfigurationError(
-                f"max_search_items must be a positive integer, got {max_search_items!r}"
-            )
         self._saver: Any = self._saver_class(
             client,
             options=options,
@@ -79,52 +64,41 @@ class _DynamoDBStoreBase(BaseStore):
             clock=self._clock,
             encryption=encryption,
             redaction=redaction,
+            integrity=integrity,
             **settings,
         )
         if self.ttl_config is not None:
             # setup() enables the table's native TTL (or, without create_table, demands it)
             self._saver._ops.ttl_needed = True
-        self._store_ops = StoreOps(self._saver._ops, max_search_items)
+        self._store_ops = StoreOps(self._saver._ops, self.max_search_items)
+
+    @classmethod
+    def _from_url(cls, conn_string: str, options: dict[str, Any]) -> Any:
+        return cls(**_settings(conn_string, options))
+
+    @classmethod
+    async def _afrom_url(cls, conn_string: str, options: dict[str, Any]) -> Any:
+        # made in a worker thread: boto3 reads files while making a client
+        settings = _settings(conn_string, options)
+        return await asyncio.to_thread(lambda: cls(**settings))
 
     @property
     def table(self) -> str:
         """The table holding the store's items (the saver's)."""
         return self._saver.table  # type: ignore[no-any-return]
 
-    @property
-    def tenant(self) -> str:
-        """The tenant this store's calls read and write now."""
-        found = self._tenant()
-        return str(found) if found else self._saver.default_tenant
-
-    def _to_embed(self, plan: core.BatchPlan) -> tuple[list[str], list[core.EmbedTask]]:
-        """The search queries and the put texts a batch needs embedded (none without index)."""
-        if self.embeddings is None:
-            return [], []
-        return plan.queries(), core.texts_to_embed(plan.writes(), self._fields)
-
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: read, decide (the core), write."""
-        tenant = self.tenant
-        now = float(self._clock())
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
         ops, saver = self._store_ops, self._saver
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
             read = yield from ops.read(tenant, plan, now, pipeline.open)
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, by_query
+                plan, read.found, read.searched, read.namespaces, now, batch.by_query
             )
-            writes = core.item_writes(plan, now, by_item)
+            writes = core.item_writes(plan, now, batch.by_item)
             if writes or refreshes:
                 yield from ops.write(tenant, now, writes, refreshes, read.stamps, pipeline.seal)
             if read.stale:  # entries of expired items the reads saw (DynamoDB's TTL keeps them)
@@ -134,13 +108,20 @@ class _DynamoDBStoreBase(BaseStore):
         call = _Call(tenant, lambda: Operation(steps()), write=bool(plan.puts), opens=plan.reads)
         return saver._keyed(call)  # type: ignore[no-any-return]
 
-    def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
-        core.check_labels(prefix, "namespace prefix")
-        if not prefix:
-            raise InvalidNamespaceError(
-                "delete_namespace needs a non-empty prefix (one label at least)"
-            )
-        return Operation(self._store_ops.delete_namespace(self.tenant, prefix))
+    def _delete_namespace_steps(self, tenant: str, prefix: tuple[str, ...]) -> Operation[int]:
+        return Operation(self._store_ops.delete_namespace(tenant, prefix))
+
+    def _sweep_steps(self, tenant: str, now: float) -> Operation[int]:
+        """One Query of the tenant's namespace index (where every item's expiry is), then
+        conditional deletes of the expired items it names (never a Scan)."""
+        return Operation(self._store_ops.sweep(tenant, now))
+
+    def _sweep_all_steps(self, now: float) -> Operation[dict[str, int]]:
+        raise UnsupportedOperationError(
+            "DynamoDB stores do not sweep every tenant: finding the tenants would Scan the "
+            "whole table, and the table's native TTL deletes expired items anyway (expired "
+            "items are never returned); sweep_expired() sweeps the current tenant's"
+        )
 
 
 def _settings(conn_string: str, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +134,7 @@ def _settings(conn_string: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-class DynamoDBStore(_DynamoDBStoreBase):
+class DynamoDBStore(SyncStoreMethods, _DynamoDBStoreBase):
     """A LangGraph store (``BaseStore``) on DynamoDB, protected like the checkpoints.
 
     Args:
@@ -167,11 +148,18 @@ class DynamoDBStore(_DynamoDBStoreBase):
             filters are applied after decryption, ``limit``/``offset`` after the filter.
         redaction: :class:`~langgraph_durable.protect.Redaction` applied to values
             before they are stored.
+        integrity: The chain key (as ``DynamoDBSaver``'s ``integrity=``): every value
+            and its embeddings carry a keyed tag bound to tenant, namespace, key and
+            the clear attributes a read trusts; an item altered or moved is refused
+            on read (``IntegrityError``), with or without encryption.
         serde: The serializer (default: the savers' allowlisting serializer).
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``):
             expired items are never returned (checked at read); their native TTL
             attribute ``expires_at`` lets DynamoDB delete them later (``setup()``
-            enables the table's TTL).
+            enables the table's TTL). :meth:`sweep_expired` deletes the current
+            tenant's at once (one Query of its namespace index, then deletes);
+            :meth:`sweep_all_expired` raises ``UnsupportedOperationError``: finding
+            every tenant would Scan the table, and the native TTL deletes them.
         index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``): search by
             meaning, scored exactly (cosine) in Python over the items under the
             search's namespace prefix (at most ``max_search_items`` of them).
@@ -191,20 +179,6 @@ class DynamoDBStore(_DynamoDBStoreBase):
 
     _saver_class = DynamoDBSaver
 
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[DynamoDBStore]:
-        """A store with its own client for ``dynamodb://TABLE?region=...&endpoint=...``."""
-        store = cls(**_settings(conn_string, kwargs))
-        try:
-            yield store
-        finally:
-            store.close()
-
-    def close(self) -> None:
-        """Close the client the store made (a caller's client stays open)."""
-        self._saver.close()
-
     def __enter__(self) -> DynamoDBStore:
         return self
 
@@ -215,24 +189,8 @@ class DynamoDBStore(_DynamoDBStoreBase):
         """Create the table (and enable its TTL when the store has a ``ttl``), or check them."""
         return self._saver.setup()  # type: ignore[no-any-return]
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [emb.embed_query(q) for q in queries] if emb and queries else []
-        dv = emb.embed_documents([t.text for t in tasks]) if emb and tasks else []
-        return self._saver._run(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`batch` in a worker thread (use ``AsyncDynamoDBStore`` on a loop)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.batch, list(ops))
-
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
-
-
-class AsyncDynamoDBStore(_DynamoDBStoreBase):
+class AsyncDynamoDBStore(AsyncStoreMethods, _DynamoDBStoreBase):
     """A LangGraph store on DynamoDB (asyncio); arguments as :class:`DynamoDBStore`.
 
     boto3 calls run in the saver's bounded thread pool (``max_workers``), so the
@@ -241,31 +199,6 @@ class AsyncDynamoDBStore(_DynamoDBStoreBase):
     """
 
     _saver_class = AsyncDynamoDBSaver
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
-        cls, conn_string: str, **kwargs: Any
-    ) -> AsyncIterator[AsyncDynamoDBStore]:
-        """A store with its own client for ``dynamodb://TABLE?...``, closed on exit
-        (made in a worker thread: boto3 reads files while making a client)."""
-        settings = _settings(conn_string, kwargs)
-        store = await asyncio.to_thread(lambda: cls(**settings))
-        store._bind_loop()
-        try:
-            yield store
-        finally:
-            await store.close()
-
-    def _bind_loop(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._saver._bind_loop()
-
-    async def close(self) -> None:
-        """Stop the thread pool and close the client the store made."""
-        await self._saver.close()
 
     async def __aenter__(self) -> AsyncDynamoDBStore:
         self._bind_loop()
@@ -273,33 +206,3 @@ class AsyncDynamoDBStore(_DynamoDBStoreBase):
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
-
-    async def setup(self) -> list[str]:
-        """Create the table (and its TTL when asked), or check them (see ``DynamoDBStore``)."""
-        self._bind_loop()
-        return await self._saver.setup()  # type: ignore[no-any-return]
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        self._bind_loop()
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [await emb.aembed_query(q) for q in queries] if emb and queries else []
-        dv = await emb.aembed_documents([t.text for t in tasks]) if emb and tasks else []
-        return await self._saver._arun(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`abatch` on the store's event loop (from another thread only)."""
-        return self._on_loop(self.abatch(list(ops)))  # type: ignore[no-any-return]
-
-    async def adelete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        self._bind_loop()
-        return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
-
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """:meth:`adelete_namespace` from another thread than the store's loop."""
-        return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
-
-    def _on_loop(self, coro: Any) -> Any:
-        return run_on_loop(self._loop, coro, "AsyncDynamoDBStore")

@@ -29,6 +29,7 @@ from langgraph.store.base import SearchOp
 
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
 from ..errors import CorruptRecordError
 from . import _rls
 from ._query import Query
@@ -95,6 +96,10 @@ _COLUMNS = (
     "i.created_at, i.updated_at, i.ttl_minutes, i.expires_at"
 )
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > %(now)s)"
+_NO_ROW = (  # the columns of a row that is not an item
+    ", NULL::text, NULL::bytea, NULL::text, NULL::bytea, "
+    "NULL::float8, NULL::float8, NULL::float8, NULL::float8"
+)
 _COUNTS = (
     "SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins), (SELECT count(*) FROM ref)"
 )
@@ -119,9 +124,46 @@ class StoreOps:
         schema: The schema (the saver's) holding ``store_items``.
     """
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, max_search_items: int = DEFAULT_MAX_SEARCH_ITEMS) -> None:
         self.schema = validate_schema_name(schema)
         self._s = f'"{self.schema}"'
+        self.max_search_items = max_search_items
+
+    def _searches(
+        self, plan: core.BatchPlan, indexed: bool
+    ) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], int]]:
+        """The prefixes searches read whole (a filter or a query: every live item under
+        them, at most ``max_search_items``) and those read in part (newest first, how many)."""
+        whole: list[tuple[str, ...]] = []
+        cuts: dict[tuple[str, ...], int] = {}
+        for i in plan.searches:
+            op = plan.ops[i]
+            assert isinstance(op, SearchOp)
+            n = core.cut_in_storage(op, indexed)
+            if n is None:
+                whole.append(op.namespace_prefix)
+            else:
+                cuts[op.namespace_prefix] = max(n, cuts.get(op.namespace_prefix, 0))
+        whole = core.covering(whole)
+        cuts = {p: n for p, n in cuts.items() if not any(core.under(p, w) for w in whole)}
+        return whole, cuts
+
+    def _too_many(self) -> str:
+        """Whether a prefix read whole holds more than ``max_search_items`` live items
+        (``wx``, ``wl``, ``wh``, ``wm``: its bounds, the bound plus one); ``b.j`` its place."""
+        return (
+            f"(SELECT count(*) FROM (SELECT 1 FROM {self._s}.store_items i "
+            f"WHERE i.tenant_id = %(tenant)s AND {_RANGE} AND {_LIVE} LIMIT %(wm)s) AS c) "
+            ">= %(wm)s"
+        )
+
+    def _guard(self) -> str:
+        """True when no prefix read whole is over the bound: the batch's reads and writes
+        apply only then (the refusal is raised before anything is written)."""
+        return (
+            "NOT EXISTS (SELECT 1 FROM unnest(%(wx)s::text[], %(wl)s::text[], %(wh)s::text[]) "
+            f"AS b(ex, lo, hi) WHERE {self._too_many()})"
+        )
 
     def read_query(
         self, tenant: str, plan: core.BatchPlan, now: float, indexed: bool = False
@@ -143,18 +185,7 @@ class StoreOps:
                 f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND i.prefix = g.p "
                 f"AND i.key = g.k WHERE {_LIVE}"
             )
-        whole: list[tuple[str, ...]] = []
-        cuts: dict[tuple[str, ...], int] = {}
-        for i in plan.searches:
-            op = plan.ops[i]
-            assert isinstance(op, SearchOp)
-            n = core.cut_in_storage(op, indexed)
-            if n is None:
-                whole.append(op.namespace_prefix)
-            else:
-                cuts[op.namespace_prefix] = max(n, cuts.get(op.namespace_prefix, 0))
-        whole = core.covering(whole)
-        cuts = {p: n for p, n in cuts.items() if not any(core.under(p, w) for w in whole)}
+        whole, cuts = self._searches(plan, indexed)
         if cuts:
             ex, lo, hi = _bounds(cuts)
             params.update(cx=ex, cl=lo, ch=hi, cn=list(cuts.values()))
@@ -166,19 +197,23 @@ class StoreOps:
             )
         if whole:
             ex, lo, hi = _bounds(whole)
-            params.update(sx=ex, sl=lo, sh=hi)
+            params.update(wx=ex, wl=lo, wh=hi, wm=self.max_search_items + 1)
             parts.append(
-                f"SELECT 's', {_COLUMNS} FROM unnest(%(sx)s::text[], %(sl)s::text[], "
-                f"%(sh)s::text[]) AS b(ex, lo, hi) JOIN {s}.store_items i "
-                f"ON i.tenant_id = %(tenant)s AND {_RANGE} WHERE {_LIVE}"
+                f"SELECT 's', {_COLUMNS} FROM unnest(%(wx)s::text[], %(wl)s::text[], "
+                f"%(wh)s::text[]) AS b(ex, lo, hi) JOIN {s}.store_items i "
+                f"ON i.tenant_id = %(tenant)s AND {_RANGE} WHERE {_LIVE} AND {self._guard()}"
+            )
+            parts.append(  # which prefixes are over the bound (the batch is refused)
+                f"SELECT 't', b.j::text, ''{_NO_ROW} FROM unnest(%(wx)s::text[], "
+                f"%(wl)s::text[], %(wh)s::text[]) WITH ORDINALITY AS b(ex, lo, hi, j) "
+                f"WHERE {self._too_many()}"
             )
         if plan.listings:
             heads = [core.listing_prefix(plan.ops[i]) for i in plan.listings]  # type: ignore[arg-type]
             ex, lo, hi = _bounds(core.covering(heads))
             params.update(lx=ex, ll=lo, lh=hi)
             parts.append(
-                "SELECT DISTINCT 'n', i.prefix, '', NULL::text, NULL::bytea, NULL::text, "
-                "NULL::bytea, NULL::float8, NULL::float8, NULL::float8, NULL::float8 "
+                f"SELECT DISTINCT 'n', i.prefix, ''{_NO_ROW} "
                 f"FROM unnest(%(lx)s::text[], %(ll)s::text[], %(lh)s::text[]) AS b(ex, lo, hi) "
                 f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND {_RANGE} WHERE {_LIVE}"
             )
@@ -214,7 +249,8 @@ class StoreOps:
         applied = bool(writes) and seal is not None
         if applied:
             assert seal is not None
-            ctes, params = self._write_ctes(tenant, now, writes, (), seal)
+            guard = self._guard() if self._searches(plan, indexed)[0] else ""
+            ctes, params = self._write_ctes(tenant, now, writes, (), seal, guard)
             query = Query(f"{ctes} {query.sql}", {**params, **dict(query.params)}, "all")
         if fetched:
             rows = fetched[0]
@@ -226,6 +262,10 @@ class StoreOps:
         searched: dict[tuple[str, str], core.StoredItem] = {}
         namespaces: list[tuple[str, ...]] = []
         cache: dict[tuple[str, str], core.StoredItem] = {}
+        over = sorted(int(row[1]) for row in rows if row[0] == "t")
+        if over:  # nothing was read nor written
+            whole = self._searches(plan, indexed)[0]
+            raise search_too_large(whole[over[0] - 1], None, self.max_search_items)
         for row in rows:
             part, prefix = row[0], row[1]
             if part == "n":
@@ -261,8 +301,10 @@ class StoreOps:
         writes: Sequence[core.ItemWrite],
         refreshes: Sequence[core.Refresh],
         seal: Callable[[RecordIdentity, Any], Sealed],
+        guard: str = "",
     ) -> tuple[str, dict[str, Any]]:
-        """``WITH del AS (...), ins AS (...), ref AS (...)`` and its parameters."""
+        """``WITH del AS (...), ins AS (...), ref AS (...)`` and its parameters (each
+        applied only where ``guard``, an SQL condition, holds: see :meth:`_guard`)."""
         s = self._s
         deletes = [w for w in writes if w.value is None]
         puts = [w for w in writes if w.value is not None]
@@ -292,16 +334,17 @@ class StoreOps:
         params["rk"] = [r.key for r in refreshes]
         params["re"] = [r.expires_at for r in refreshes]
         params["ru"] = [r.updated_at for r in refreshes]
+        only = f" AND {guard}" if guard else ""
         sql = f"""WITH del AS (
     DELETE FROM {s}.store_items i USING unnest(%(dp)s::text[], %(dk)s::text[]) AS d(p, k)
-    WHERE i.tenant_id = %(tenant)s AND i.prefix = d.p AND i.key = d.k RETURNING 1
+    WHERE i.tenant_id = %(tenant)s AND i.prefix = d.p AND i.key = d.k{only} RETURNING 1
 ), ins AS (
     INSERT INTO {s}.store_items AS i (tenant_id, prefix, key, value_type, value,
         vectors_type, vectors, created_at, updated_at, ttl_minutes, expires_at)
     SELECT %(tenant)s, u.p, u.k, u.vt, u.v, u.wt, u.w, %(now)s, %(now)s, u.tt, u.te
     FROM unnest(%(pp)s::text[], %(pk)s::text[], %(vt)s::text[], %(v)s::bytea[],
                 %(wt)s::text[], %(w)s::bytea[], %(tt)s::float8[], %(te)s::float8[])
-        AS u(p, k, vt, v, wt, w, tt, te)
+        AS u(p, k, vt, v, wt, w, tt, te) WHERE true{only}
     ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
         value_type = excluded.value_type, value = excluded.value,
         vectors_type = excluded.vectors_type, vectors = excluded.vectors,
@@ -315,26 +358,33 @@ class StoreOps:
     FROM unnest(%(rp)s::text[], %(rk)s::text[], %(re)s::float8[], %(ru)s::float8[])
         AS r(p, k, e, u)
     WHERE i.tenant_id = %(tenant)s AND i.prefix = r.p AND i.key = r.k
-        AND i.updated_at = r.u AND i.ttl_minutes IS NOT NULL
+        AND i.updated_at = r.u AND i.ttl_minutes IS NOT NULL{only}
     RETURNING 1
 )"""
         return sql, params
 
-    def sweep(self, now: float, batch: int) -> Generator[Any, Any, int]:
-        """Delete every tenant's items expired at ``now``, ``batch`` rows per statement
-        (short statements, so writers are not held up); the number deleted."""
-        yield from _rls.require_bypass(self.schema, "sweeping expired store items")
-        total = 0
+    def sweep(
+        self, now: float, batch: int, tenant: str | None = None
+    ) -> Generator[Any, Any, dict[str, int]]:
+        """Delete the items expired at ``now`` of ``tenant`` (None: of every tenant,
+        which under row-level security needs BYPASSRLS), ``batch`` rows per statement
+        (short statements, so writers are not held up): {tenant: items deleted}."""
+        if tenant is None:
+            yield from _rls.require_bypass(self.schema, "sweeping expired store items")
+        mine = "" if tenant is None else "tenant_id = %(tenant)s AND "
+        total: dict[str, int] = {}
         while True:
-            deleted = yield Query(
-                f"DELETE FROM {self._s}.store_items WHERE ctid = ANY(ARRAY("
-                f"SELECT ctid FROM {self._s}.store_items WHERE expires_at <= %(now)s "
-                "LIMIT %(n)s))",
-                {"now": now, "n": batch},
-                "none",
+            rows = yield Query(
+                f"WITH d AS (DELETE FROM {self._s}.store_items WHERE ctid = ANY(ARRAY("
+                f"SELECT ctid FROM {self._s}.store_items WHERE {mine}expires_at <= %(now)s "
+                "LIMIT %(n)s)) RETURNING tenant_id) SELECT tenant_id, count(*) FROM d "
+                "GROUP BY tenant_id",
+                {"now": now, "n": batch, "tenant": tenant},
+                "all",
             )
-            total += int(deleted)
-            if deleted < batch:
+            for name, count in rows:
+                total[name] = total.get(name, 0) + int(count)
+            if sum(int(count) for _, count in rows) < batch:
                 return total
 
     def delete_namespace_query(self, tenant: str, prefix: tuple[str, ...]) -> Query:

@@ -15,35 +15,30 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Generator
 from typing import Any
 
-from langchain_core.runnables.config import var_child_runnable_config
-from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
+from langgraph.store.base import Result
 
 from .._core import store as core
-from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
-from .._core.store_settings import check_index, check_ttl
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_loop import run_on_loop
-from ..errors import ConfigurationError, DurableError, InvalidNamespaceError
+from .._store_base import (
+    AsyncStoreMethods,
+    DurableStoreBase,
+    StoreBatch,
+    StoreTenant,
+    SyncStoreMethods,
+)
+from ..errors import ConfigurationError, DurableError
 from . import _rls
 from ._store import StoreOps
 from .saver import AsyncPostgresSaver, PostgresSaver
 
 __all__ = ["PostgresStore", "AsyncPostgresStore"]
 
-StoreTenant = Callable[[], "str | None"]
-
 _log = logging.getLogger("langgraph_durable.store")
-
-
-def _tenant_of_run() -> str | None:
-    """The ``tenant_id`` of the graph run this call is part of (``configurable``), if any."""
-    return tenant_from_config(var_child_runnable_config.get())
 
 
 def _interval(minutes: float | None, ttl: Any) -> float | None:
@@ -57,10 +52,9 @@ def _interval(minutes: float | None, ttl: Any) -> float | None:
     return float(minutes) * 60.0
 
 
-class _PostgresStoreBase(BaseStore):
-    """What the sync and async stores share: settings, tenant, the batch operation."""
+class _PostgresStoreBase(DurableStoreBase):
+    """What the sync and async stores share: their saver, the batch operation."""
 
-    supports_ttl = True
     _saver_class: type[PostgresSaver] | type[AsyncPostgresSaver]
 
     def __init__(
@@ -72,40 +66,22 @@ class _PostgresStoreBase(BaseStore):
         default_tenant: str = "default",
         encryption: Any = None,
         redaction: Any = None,
+        integrity: Any = None,
         serde: Any = None,
         ttl: Any = None,
         index: Any = None,
         clock: Callable[[], float] | None = None,
+        max_search_items: int = DEFAULT_MAX_SEARCH_ITEMS,
         prepare_threshold: int | None = 5,
         pool_size: int = 4,
         pool_timeout: float = 30.0,
         row_level_security: bool = False,
         tenant_signing_key: str | bytes | None = None,
     ) -> None:
-        self.ttl_config = check_ttl(ttl)  # type: ignore[assignment]
-        _interval(None, self.ttl_config)  # a bad sweep interval fails here, not in a sweeper
-        self.index_config = check_index(index)
-        self.embeddings = (
-            ensure_embeddings(self.index_config["embed"]) if self.index_config else None
+        self._init_store(
+            tenant=tenant, ttl=ttl, index=index, clock=clock, max_search_items=max_search_items
         )
-        self._fields = core.index_fields(self.index_config)
-        self._dims = self.index_config.get("dims") if self.index_config else None
-        if clock is not None and not callable(clock):
-            raise ConfigurationError(
-                f"clock must be a callable returning Unix seconds, got {clock!r}"
-            )
-        self._clock: Callable[[], float] = clock or time.time
-        if tenant is None:
-            self._tenant: StoreTenant = _tenant_of_run
-        elif isinstance(tenant, str) and tenant:
-            fixed = tenant
-            self._tenant = lambda: fixed
-        elif callable(tenant):
-            self._tenant = tenant
-        else:
-            raise ConfigurationError(
-                f"tenant must be None, a non-empty string or a callable() -> str, got {tenant!r}"
-            )
+        _interval(None, self.ttl_config)  # a bad sweep interval fails here, not in a sweeper
         self._saver: Any = self._saver_class(
             conn,
             schema=schema,
@@ -116,53 +92,32 @@ class _PostgresStoreBase(BaseStore):
             pool_timeout=pool_timeout,
             encryption=encryption,
             redaction=redaction,
+            integrity=integrity,
             row_level_security=row_level_security,
             tenant_signing_key=tenant_signing_key,
         )
-        self._store_ops = StoreOps(schema)
+        self._store_ops = StoreOps(schema, self.max_search_items)
 
     @property
     def schema(self) -> str:
-        """The schema holding the store's table (the saver's schema)."""
+        """The schema holding the store's table (the saver's)."""
         return self._saver.schema  # type: ignore[no-any-return]
-
-    @property
-    def tenant(self) -> str:
-        """The tenant this store's calls read and write now."""
-        found = self._tenant()
-        return str(found) if found else self._saver.default_tenant
 
     def _scoped(self, tenant: str, steps: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
         if not self._saver._ops.row_level_security:
             return steps
         return _rls.with_settings(steps, _rls.tenant_settings(self._saver._ops, tenant))
 
-    def _to_embed(self, plan: core.BatchPlan) -> tuple[list[str], list[core.EmbedTask]]:
-        """The search queries and the put texts a batch needs embedded (none without index)."""
-        if self.embeddings is None:
-            return [], []
-        return plan.queries(), core.texts_to_embed(plan.writes(), self._fields)
-
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: read, decide (the core), write."""
-        tenant = self.tenant
-        now = float(self._clock())
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
         fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
             pipeline = saver.pipeline
-            writes = core.item_writes(plan, now, by_item)
+            writes = core.item_writes(plan, now, batch.by_item)
             # One statement for reads and writes, except under row-level security: there
             # the driver sends a statement with payload parameters and settings as an
             # EXECUTE in the simple protocol, whose rows (the payloads read) would come
@@ -172,7 +127,7 @@ class _PostgresStoreBase(BaseStore):
                 tenant, plan, now, pipeline.open, indexed, along, pipeline.seal, fetched
             )
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, by_query
+                plan, read.found, read.searched, read.namespaces, now, batch.by_query
             )
             left = () if read.wrote else writes
             query = ops.write_query(tenant, now, left, refreshes, pipeline.seal)
@@ -188,18 +143,14 @@ class _PostgresStoreBase(BaseStore):
         )
         return saver._keyed(call)  # type: ignore[no-any-return]
 
-    def _sweep_op(self, batch: int) -> Operation[int]:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ConfigurationError(f"batch must be a positive integer, got {batch!r}")
-        return Operation(self._store_ops.sweep(float(self._clock()), batch))
+    def _sweep_steps(self, tenant: str, now: float, batch: int = 1000) -> Operation[int]:
+        steps = self._store_ops.sweep(now, _batch(batch), tenant)
+        return Operation(self._scoped(tenant, _total(steps)))
 
-    def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
-        core.check_labels(prefix, "namespace prefix")
-        if not prefix:
-            raise InvalidNamespaceError(
-                "delete_namespace needs a non-empty prefix (one label at least)"
-            )
-        tenant = self.tenant
+    def _sweep_all_steps(self, now: float, batch: int = 1000) -> Operation[dict[str, int]]:
+        return Operation(self._store_ops.sweep(now, _batch(batch)))
+
+    def _delete_namespace_steps(self, tenant: str, prefix: tuple[str, ...]) -> Operation[int]:
         query = self._store_ops.delete_namespace_query(tenant, prefix)
 
         def steps() -> Generator[Any, Any, int]:
@@ -208,7 +159,17 @@ class _PostgresStoreBase(BaseStore):
         return Operation(self._scoped(tenant, steps()))
 
 
-class PostgresStore(_PostgresStoreBase):
+def _batch(batch: Any) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ConfigurationError(f"batch must be a positive integer, got {batch!r}")
+    return batch
+
+
+def _total(steps: Generator[Any, Any, dict[str, int]]) -> Generator[Any, Any, int]:
+    return sum((yield from steps).values())
+
+
+class PostgresStore(SyncStoreMethods, _PostgresStoreBase):
     """A LangGraph store (``BaseStore``) on PostgreSQL, protected like the checkpoints.
 
     Args:
@@ -225,12 +186,21 @@ class PostgresStore(_PostgresStoreBase):
             filters are applied after decryption, ``limit``/``offset`` after the filter.
         redaction: :class:`~langgraph_durable.protect.Redaction` applied to values
             before they are stored.
+        integrity: The chain key (as ``PostgresSaver``'s ``integrity=``): every value
+            and its embeddings carry a keyed tag bound to tenant, namespace, key and
+            the clear fields a read trusts; a row altered or moved is refused on read
+            (``IntegrityError``), with or without encryption.
         serde: The serializer (default: the savers' allowlisting serializer).
-        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``);
-            expired items are never returned, whether swept or not.
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
+            ``sweep_interval_minutes``); expired items are never returned, whether
+            swept or not.
         index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``): search by
             meaning, scored exactly (cosine) over the items under the search prefix.
         clock: Unix seconds now (tests inject one; default ``time.time``).
+        max_search_items: Most items one search that reads every item under its
+            prefix (a filter, a query) may read (default 10,000); a search over more
+            raises ``InvalidInputError`` and nothing of its batch is written. A page
+            with neither filter nor query reads only ``offset + limit`` items.
         prepare_threshold, pool_size, pool_timeout, row_level_security,
         tenant_signing_key: As ``PostgresSaver``'s.
 
@@ -241,17 +211,6 @@ class PostgresStore(_PostgresStoreBase):
     """
 
     _saver_class = PostgresSaver
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[PostgresStore]:
-        """A store on its own pool for ``conn_string``, closed on exit."""
-        store = cls(conn_string, **kwargs)
-        try:
-            yield store
-        finally:
-            store.close()
-
     _sweeper: tuple[threading.Thread, threading.Event, concurrent.futures.Future[None]] | None = (
         None
     )
@@ -265,26 +224,29 @@ class PostgresStore(_PostgresStoreBase):
         """Create or migrate the schema (the saver's migrations, the store's table included)."""
         return self._saver.setup()  # type: ignore[no-any-return]
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [emb.embed_query(q) for q in queries] if emb and queries else []
-        dv = emb.embed_documents([t.text for t in tasks]) if emb and tasks else []
-        return self._saver._run(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
+    def sweep_expired(self, *, batch: int = 1000) -> int:
+        """Delete the current tenant's expired items, ``batch`` rows per statement; the
+        number deleted (under row-level security, as the application role)."""
+        return self._run(self._sweep_steps(self.tenant, self._now(), batch))  # type: ignore[no-any-return]
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`batch` in a worker thread (use ``AsyncPostgresStore`` on a loop)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.batch, list(ops))
+    def sweep_all_expired(self, *, batch: int = 1000) -> dict[str, int]:
+        """Delete every tenant's expired items, ``batch`` rows per statement (short
+        statements, so writers are not held up): the number deleted per tenant that
+        had any. With row-level security on, run it as a role with BYPASSRLS (the
+        pruner role of ``docs/security.md``)."""
+        return self._run(self._sweep_all_steps(self._now(), batch))  # type: ignore[no-any-return]
 
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+    def sweep_ttl(self, *, batch: int = 1000) -> int:
+        """Delete the expired items of every tenant; the number deleted.
+
+        The earlier name of :meth:`sweep_all_expired`, kept: its total.
+        """
+        return sum(self.sweep_all_expired(batch=batch).values())
 
     def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
     ) -> concurrent.futures.Future[None]:
-        """Sweep expired items (:meth:`sweep_ttl`) every ``sweep_interval_minutes``
+        """Sweep expired items (:meth:`sweep_all_expired`) every ``sweep_interval_minutes``
         (default: the ``ttl`` setting's), in a daemon thread, until
         :meth:`stop_ttl_sweeper` or :meth:`close`. A failed sweep is logged and the
         next one runs on time. Returns a future that is done when the sweeper stops.
@@ -302,7 +264,7 @@ class PostgresStore(_PostgresStoreBase):
         def loop() -> None:
             while not stop.wait(interval):
                 try:
-                    self.sweep_ttl()
+                    self.sweep_all_expired()
                 except DurableError as exc:
                     _log.warning("the store's TTL sweep failed (next in %ss): %s", interval, exc)
             future.set_result(None)
@@ -325,17 +287,8 @@ class PostgresStore(_PostgresStoreBase):
         self._sweeper = None
         return True
 
-    def sweep_ttl(self, *, batch: int = 1000) -> int:
-        """Delete the expired items of every tenant; the number deleted.
 
-        Expired items are never returned whether swept or not; sweeping frees their
-        space. Across tenants: with row-level security on, run it as a role with
-        BYPASSRLS (the pruner role of ``docs/security.md``).
-        """
-        return self._saver._run(self._sweep_op(batch))  # type: ignore[no-any-return]
-
-
-class AsyncPostgresStore(_PostgresStoreBase):
+class AsyncPostgresStore(AsyncStoreMethods, _PostgresStoreBase):
     """A LangGraph store on PostgreSQL (asyncio); arguments as :class:`PostgresStore`.
 
     Takes a ``psycopg.AsyncConnection``, a ``psycopg_pool.AsyncConnectionPool`` or a
@@ -344,28 +297,10 @@ class AsyncPostgresStore(_PostgresStoreBase):
     """
 
     _saver_class = AsyncPostgresSaver
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
-        cls, conn_string: str, **kwargs: Any
-    ) -> AsyncIterator[AsyncPostgresStore]:
-        """A store on its own pool for ``conn_string``, closed on exit."""
-        store = cls(conn_string, **kwargs)
-        store._bind_loop()
-        try:
-            await store._saver._conn.open()
-            yield store
-        finally:
-            await store.close()
-
-    def _bind_loop(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._saver._bind_loop()
-
     _sweep_task: asyncio.Task[None] | None = None
+
+    async def _open(self) -> None:
+        await self._saver._conn.open()
 
     async def close(self) -> None:
         """Stop the TTL sweeper; close the pool the store opened (a caller's stays open)."""
@@ -377,28 +312,22 @@ class AsyncPostgresStore(_PostgresStoreBase):
         self._bind_loop()
         return await self._saver.setup()  # type: ignore[no-any-return]
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        self._bind_loop()
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [await emb.aembed_query(q) for q in queries] if emb and queries else []
-        dv = await emb.aembed_documents([t.text for t in tasks]) if emb and tasks else []
-        return await self._saver._arun(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
+    async def asweep_expired(self, *, batch: int = 1000) -> int:
+        """Delete the current tenant's expired items (see ``PostgresStore.sweep_expired``)."""
+        return await self._arun(self._sweep_steps(self.tenant, self._now(), batch))  # type: ignore[no-any-return]
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`abatch` on the store's event loop (from another thread only)."""
-        return self._on_loop(self.abatch(list(ops)))  # type: ignore[no-any-return]
+    async def asweep_all_expired(self, *, batch: int = 1000) -> dict[str, int]:
+        """Delete every tenant's expired items (see ``PostgresStore.sweep_all_expired``)."""
+        return await self._arun(self._sweep_all_steps(self._now(), batch))  # type: ignore[no-any-return]
 
-    async def adelete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        self._bind_loop()
-        return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
+    async def asweep_ttl(self, *, batch: int = 1000) -> int:
+        """The earlier name of :meth:`asweep_all_expired`, kept: its total."""
+        return sum((await self.asweep_all_expired(batch=batch)).values())
 
     async def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
     ) -> asyncio.Task[None]:
-        """Sweep expired items (:meth:`asweep_ttl`) every ``sweep_interval_minutes``
+        """Sweep expired items (:meth:`asweep_all_expired`) every ``sweep_interval_minutes``
         (default: the ``ttl`` setting's) in a task on the store's loop, until
         :meth:`stop_ttl_sweeper` or :meth:`close` (see ``PostgresStore``)."""
         self._bind_loop()
@@ -412,7 +341,7 @@ class AsyncPostgresStore(_PostgresStoreBase):
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    await self.asweep_ttl()
+                    await self.asweep_all_expired()
                 except DurableError as exc:
                     _log.warning("the store's TTL sweep failed (next in %ss): %s", interval, exc)
 
@@ -430,15 +359,3 @@ class AsyncPostgresStore(_PostgresStoreBase):
             return False
         self._sweep_task = None
         return True
-
-    async def asweep_ttl(self, *, batch: int = 1000) -> int:
-        """Delete the expired items of every tenant (see ``PostgresStore.sweep_ttl``)."""
-        self._bind_loop()
-        return await self._saver._arun(self._sweep_op(batch))  # type: ignore[no-any-return]
-
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """:meth:`adelete_namespace` from another thread than the store's loop."""
-        return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
-
-    def _on_loop(self, coro: Any) -> Any:
-        return run_on_loop(self._loop, coro, "AsyncPostgresStore")

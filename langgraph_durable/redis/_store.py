@@ -51,7 +51,8 @@ from langgraph.store.base import GetOp
 
 from .._core import store as core
 from .._core.records import RecordIdentity, RecordKind, Sealed
-from ..errors import CorruptRecordError, InvalidInputError
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
+from ..errors import CorruptRecordError
 from ._keys import KeyLayout, _glob_escape, _ident, _tag_part, _untag
 from ._requests import ScanKeys, Script
 from ._scripts import load_script
@@ -74,7 +75,7 @@ SWEEP = load_script("store_sweep")
 STORE_SCRIPTS = (BATCH, REFRESH, DROP, SWEEP)
 
 #: Items a search may read under its prefix by default (``max_search_items``).
-MAX_SEARCH_ITEMS = 10_000
+MAX_SEARCH_ITEMS = DEFAULT_MAX_SEARCH_ITEMS
 #: Seconds after an item's own expiry that Redis deletes its key (the backstop).
 NATIVE_GRACE_S = 3600.0
 #: Items per script call of ``delete_namespace`` and ``sweep_expired``.
@@ -239,12 +240,7 @@ class StoreOps:
         status = _text(reply[0])
         if status == "too-many":
             prefix = plan.search_prefixes[int(reply[1]) - 1]
-            raise InvalidInputError(
-                f"a search under namespace prefix {prefix!r} would read {int(reply[2])} items, "
-                f"more than max_search_items={self.max_search_items} (searches are exact, "
-                "in Python, after decryption): search a narrower prefix or raise the bound; "
-                "nothing of this batch was written"
-            )
+            raise search_too_large(prefix, int(reply[2]), self.max_search_items)
         cache: dict[str, core.StoredItem] = {}
         found = {(s.namespace, s.key): s for s in _items(tenant, reply[1], open, cache)}
         searched = _items(tenant, reply[2], open, cache)
@@ -295,7 +291,8 @@ class StoreOps:
                 return done
 
     def sweep_all(self, now: float) -> Generator[Any, Any, dict[str, int]]:
-        """Sweep every tenant that has items with a TTL: {tenant: items deleted}.
+        """Sweep every tenant that has items with a TTL: {tenant: items deleted}, for
+        the tenants that had any (as on every backend).
 
         The tenants are found by their expiry index (``P:store:{T}:x``, which exists
         while a tenant has items with a TTL): one SCAN over the keys of that kind, as
@@ -310,7 +307,9 @@ class StoreOps:
             if not name.startswith(head) or any(c in tag for c in "{}"):
                 continue
             tenant = _untag(tag)
-            out[tenant] = yield from self.sweep(tenant, now)
+            swept = yield from self.sweep(tenant, now)
+            if swept:
+                out[tenant] = swept
         return out
 
 

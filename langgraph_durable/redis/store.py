@@ -20,40 +20,32 @@ its own.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Generator
 from typing import Any
 
-from langchain_core.runnables.config import var_child_runnable_config
-from langgraph.store.base import BaseStore, Op, Result, ensure_embeddings
+from langgraph.store.base import Result
 
 from .._core import store as core
-from .._core.ids import tenant_from_config
 from .._core.sansio import Operation
-from .._core.store_settings import check_index, check_ttl
+from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS
 from .._saver_base import _Call
-from .._store_loop import run_on_loop
-from ..errors import ConfigurationError, InvalidNamespaceError
+from .._store_base import (
+    AsyncStoreMethods,
+    DurableStoreBase,
+    StoreBatch,
+    StoreTenant,
+    SyncStoreMethods,
+)
 from ._requests import Command
-from ._store import MAX_SEARCH_ITEMS, STORE_SCRIPTS, StoreOps
+from ._store import STORE_SCRIPTS, StoreOps
 from .saver import AsyncRedisSaver, RedisSaver
 
 __all__ = ["RedisStore", "AsyncRedisStore"]
 
-StoreTenant = Callable[[], "str | None"]
 
+class _RedisStoreBase(DurableStoreBase):
+    """What the sync and async stores share: their saver, the operations."""
 
-def _tenant_of_run() -> str | None:
-    """The ``tenant_id`` of the graph run this call is part of (``configurable``), if any."""
-    return tenant_from_config(var_child_runnable_config.get())
-
-
-class _RedisStoreBase(BaseStore):
-    """What the sync and async stores share: settings, tenant, the batch operation."""
-
-    supports_ttl = True
     _saver_class: type[RedisSaver] | type[AsyncRedisSaver]
 
     def __init__(
@@ -65,43 +57,16 @@ class _RedisStoreBase(BaseStore):
         default_tenant: str = "default",
         encryption: Any = None,
         redaction: Any = None,
+        integrity: Any = None,
         serde: Any = None,
         ttl: Any = None,
         index: Any = None,
         clock: Callable[[], float] | None = None,
-        max_search_items: int = MAX_SEARCH_ITEMS,
+        max_search_items: int = DEFAULT_MAX_SEARCH_ITEMS,
     ) -> None:
-        self.ttl_config = check_ttl(ttl)  # type: ignore[assignment]
-        self.index_config = check_index(index)
-        self.embeddings = (
-            ensure_embeddings(self.index_config["embed"]) if self.index_config else None
+        self._init_store(
+            tenant=tenant, ttl=ttl, index=index, clock=clock, max_search_items=max_search_items
         )
-        self._fields = core.index_fields(self.index_config)
-        self._dims = self.index_config.get("dims") if self.index_config else None
-        if clock is not None and not callable(clock):
-            raise ConfigurationError(
-                f"clock must be a callable returning Unix seconds, got {clock!r}"
-            )
-        self._clock: Callable[[], float] = clock or time.time
-        if (
-            isinstance(max_search_items, bool)
-            or not isinstance(max_search_items, int)
-            or max_search_items < 1
-        ):
-            raise ConfigurationError(
-                f"max_search_items must be a positive integer, got {max_search_items!r}"
-            )
-        if tenant is None:
-            self._tenant: StoreTenant = _tenant_of_run
-        elif isinstance(tenant, str) and tenant:
-            fixed = tenant
-            self._tenant = lambda: fixed
-        elif callable(tenant):
-            self._tenant = tenant
-        else:
-            raise ConfigurationError(
-                f"tenant must be None, a non-empty string or a callable() -> str, got {tenant!r}"
-            )
         self._saver: Any = self._saver_class(
             conn,
             prefix=prefix,
@@ -109,8 +74,9 @@ class _RedisStoreBase(BaseStore):
             default_tenant=default_tenant,
             encryption=encryption,
             redaction=redaction,
+            integrity=integrity,
         )
-        self._store_ops = StoreOps(prefix, max_search_items)
+        self._store_ops = StoreOps(prefix, self.max_search_items)
 
     @property
     def prefix(self) -> str:
@@ -122,32 +88,10 @@ class _RedisStoreBase(BaseStore):
         """The redis-py client the store uses."""
         return self._saver.client
 
-    @property
-    def tenant(self) -> str:
-        """The tenant this store's calls read and write now."""
-        found = self._tenant()
-        return str(found) if found else self._saver.default_tenant
-
-    def _to_embed(self, plan: core.BatchPlan) -> tuple[list[str], list[core.EmbedTask]]:
-        """The search queries and the put texts a batch needs embedded (none without index)."""
-        if self.embeddings is None:
-            return [], []
-        return plan.queries(), core.texts_to_embed(plan.writes(), self._fields)
-
-    def _batch_op(
-        self,
-        plan: core.BatchPlan,
-        queries: Sequence[str],
-        query_vectors: Sequence[Sequence[float]],
-        tasks: Sequence[core.EmbedTask],
-        vectors: Sequence[Sequence[float]],
-    ) -> Operation[list[Result]]:
+    def _batch_steps(self, batch: StoreBatch) -> Operation[list[Result]]:
         """The batch as one operation: one script (reads, then writes), the core decides."""
-        tenant = self.tenant
-        now = float(self._clock())
-        by_query = dict(zip(queries, query_vectors, strict=True))
-        by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
-        writes = core.item_writes(plan, now, by_item)
+        tenant, plan, now = batch.tenant, batch.plan, batch.now
+        writes = core.item_writes(plan, now, batch.by_item)
         ops, saver = self._store_ops, self._saver
         sent: list[Any] = []  # the script's reply, kept if opening needs other key versions
 
@@ -160,7 +104,7 @@ class _RedisStoreBase(BaseStore):
                 # opens the same reply, it does not write twice nor read its own writes.
                 sent.append((yield ops.batch_script(tenant, plan, now, writes, pipeline.seal)))
             found, searched, names = ops.read_reply(tenant, plan, sent[0], pipeline.open)
-            results, refreshes = core.answer(plan, found, searched, names, now, by_query)
+            results, refreshes = core.answer(plan, found, searched, names, now, batch.by_query)
             refresh = ops.refresh_script(tenant, plan, now, refreshes) if refreshes else None
             if refresh is not None:
                 yield refresh
@@ -169,19 +113,17 @@ class _RedisStoreBase(BaseStore):
         call = _Call(tenant, lambda: Operation(steps()), write=bool(plan.puts), opens=plan.reads)
         return saver._keyed(call)  # type: ignore[no-any-return]
 
-    def _delete_namespace_op(self, prefix: tuple[str, ...]) -> Operation[int]:
-        core.check_labels(prefix, "namespace prefix")
-        if not prefix:
-            raise InvalidNamespaceError(
-                "delete_namespace needs a non-empty prefix (one label at least)"
-            )
-        return Operation(self._store_ops.delete_namespace(self.tenant, prefix))
+    def _delete_namespace_steps(self, tenant: str, prefix: tuple[str, ...]) -> Operation[int]:
+        return Operation(self._store_ops.delete_namespace(tenant, prefix))
 
-    def _sweep_op(self) -> Operation[int]:
-        return Operation(self._store_ops.sweep(self.tenant, float(self._clock())))
+    def _sweep_steps(self, tenant: str, now: float) -> Operation[int]:
+        return Operation(self._store_ops.sweep(tenant, now))
 
-    def _sweep_all_op(self) -> Operation[dict[str, int]]:
-        return Operation(self._store_ops.sweep_all(float(self._clock())))
+    def _sweep_all_steps(self, now: float) -> Operation[dict[str, int]]:
+        return Operation(self._store_ops.sweep_all(now))
+
+    def _setup_op(self) -> Operation[Any]:
+        return Operation(self._setup_steps())
 
     def _setup_steps(self) -> Generator[Any, Any, Any]:
         """The saver's setup (server checks, its scripts), then the store's scripts."""
@@ -191,7 +133,7 @@ class _RedisStoreBase(BaseStore):
         return result
 
 
-class RedisStore(_RedisStoreBase):
+class RedisStore(SyncStoreMethods, _RedisStoreBase):
     """A LangGraph store (``BaseStore``) on Redis or Valkey, protected like the checkpoints.
 
     Args:
@@ -210,6 +152,10 @@ class RedisStore(_RedisStoreBase):
             filters are applied after decryption, ``limit``/``offset`` after the filter.
         redaction: :class:`~langgraph_durable.protect.Redaction` applied to values
             before they are stored.
+        integrity: The chain key (as ``RedisSaver``'s ``integrity=``): every value and
+            its embeddings carry a keyed tag bound to tenant, namespace, key and TTL;
+            an item altered or moved is refused on read (``IntegrityError``), with or
+            without encryption.
         serde: The serializer (default: the savers' allowlisting serializer).
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``);
             expired items are never returned (checked against their stored expiry
@@ -230,51 +176,8 @@ class RedisStore(_RedisStoreBase):
 
     _saver_class = RedisSaver
 
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[RedisStore]:
-        """A store on its own client for ``conn_string``, closed on exit."""
-        store = cls(conn_string, **kwargs)
-        try:
-            yield store
-        finally:
-            store.close()
 
-    def close(self) -> None:
-        """Close the client the store opened (a caller's client stays open)."""
-        self._saver.close()
-
-    def setup(self) -> Any:
-        """Check the server (Redis >= 7.0 or Valkey) and load the scripts (as ``RedisSaver``)."""
-        return self._saver._run(Operation(self._setup_steps()))
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [emb.embed_query(q) for q in queries] if emb and queries else []
-        dv = emb.embed_documents([t.text for t in tasks]) if emb and tasks else []
-        return self._saver._run(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`batch` in a worker thread (use ``AsyncRedisStore`` on a loop)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.batch, list(ops))
-
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        return self._saver._run(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
-
-    def sweep_expired(self) -> int:
-        """Delete the current tenant's expired items now; the number deleted."""
-        return self._saver._run(self._sweep_op())  # type: ignore[no-any-return]
-
-    def sweep_all_expired(self) -> dict[str, int]:
-        """Delete every tenant's expired items now (the pruner's sweep): the number
-        deleted per tenant that has items with a TTL."""
-        return self._saver._run(self._sweep_all_op())  # type: ignore[no-any-return]
-
-
-class AsyncRedisStore(_RedisStoreBase):
+class AsyncRedisStore(AsyncStoreMethods, _RedisStoreBase):
     """A LangGraph store on Redis or Valkey (asyncio); arguments as :class:`RedisStore`.
 
     Takes a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster`` client or
@@ -283,66 +186,3 @@ class AsyncRedisStore(_RedisStoreBase):
     """
 
     _saver_class = AsyncRedisSaver
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
-        cls, conn_string: str, **kwargs: Any
-    ) -> AsyncIterator[AsyncRedisStore]:
-        """A store on its own client for ``conn_string``, closed on exit."""
-        store = cls(conn_string, **kwargs)
-        store._bind_loop()
-        try:
-            yield store
-        finally:
-            await store.close()
-
-    def _bind_loop(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._saver._bind_loop()
-
-    async def close(self) -> None:
-        """Close the client the store opened (a caller's client stays open)."""
-        await self._saver.close()
-
-    async def setup(self) -> Any:
-        """Check the server and load the scripts (see ``RedisStore.setup``)."""
-        self._bind_loop()
-        return await self._saver._arun(Operation(self._setup_steps()))
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        self._bind_loop()
-        plan = core.plan_batch(ops)
-        queries, tasks = self._to_embed(plan)
-        emb = self.embeddings
-        qv = [await emb.aembed_query(q) for q in queries] if emb and queries else []
-        dv = await emb.aembed_documents([t.text for t in tasks]) if emb and tasks else []
-        return await self._saver._arun(self._batch_op(plan, queries, qv, tasks, dv))  # type: ignore[no-any-return]
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Runs :meth:`abatch` on the store's event loop (from another thread only)."""
-        return self._on_loop(self.abatch(list(ops)))  # type: ignore[no-any-return]
-
-    async def adelete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """Delete every item of the current tenant under ``prefix``; the number deleted."""
-        self._bind_loop()
-        return await self._saver._arun(self._delete_namespace_op(prefix))  # type: ignore[no-any-return]
-
-    def delete_namespace(self, prefix: tuple[str, ...]) -> int:
-        """:meth:`adelete_namespace` from another thread than the store's loop."""
-        return self._on_loop(self.adelete_namespace(prefix))  # type: ignore[no-any-return]
-
-    async def asweep_expired(self) -> int:
-        """Delete the current tenant's expired items now; the number deleted."""
-        self._bind_loop()
-        return await self._saver._arun(self._sweep_op())  # type: ignore[no-any-return]
-
-    async def asweep_all_expired(self) -> dict[str, int]:
-        """Delete every tenant's expired items now (see ``RedisStore.sweep_all_expired``)."""
-        self._bind_loop()
-        return await self._saver._arun(self._sweep_all_op())  # type: ignore[no-any-return]
-
-    def _on_loop(self, coro: Any) -> Any:
-        return run_on_loop(self._loop, coro, "AsyncRedisStore")

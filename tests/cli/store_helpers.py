@@ -7,45 +7,67 @@ each stored item as ``(tenant, namespace, key)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.redaction_helpers import SaverSpec
 
-__all__ = ["Item", "open_spec_store", "raw_items"]
+__all__ = [
+    "Item",
+    "store_classes",
+    "open_spec_store",
+    "aopen_spec_store",
+    "raw_items",
+    "raw_value",
+    "write_raw_value",
+]
 
 Item = tuple[str, tuple[str, ...], str]
 
 _CLIENTS: dict[tuple[str, str], Any] = {}
 
 
+def store_classes(backend: str) -> tuple[type[Any], type[Any]]:
+    """The sync and async store classes of ``backend``."""
+    if backend == "postgres":
+        from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
+
+        return PostgresStore, AsyncPostgresStore
+    if backend == "redis":
+        from langgraph_durable.redis import AsyncRedisStore, RedisStore
+
+        return RedisStore, AsyncRedisStore
+    from langgraph_durable.dynamodb import AsyncDynamoDBStore, DynamoDBStore
+
+    return DynamoDBStore, AsyncDynamoDBStore
+
+
+def _store_options(spec: SaverSpec) -> dict[str, Any]:
+    if spec.backend == "postgres":
+        return {"pool_size": 1, **spec.kwargs}
+    return dict(spec.kwargs)
+
+
 @contextmanager
 def open_spec_store(spec: SaverSpec, tenant: Any, **options: Any) -> Iterator[Any]:
     """A set-up sync store of ``spec``'s backend, on its schema, prefix or table."""
-    if spec.backend == "postgres":
-        from langgraph_durable.postgres import PostgresStore
+    cls = store_classes(spec.backend)[0]
+    with cls.from_conn_string(spec.conn, tenant=tenant, **_store_options(spec), **options) as store:
+        store.setup()
+        yield store
 
-        with PostgresStore.from_conn_string(
-            spec.conn, tenant=tenant, pool_size=1, **spec.kwargs, **options
-        ) as store:
-            store.setup()
-            yield store
-    elif spec.backend == "redis":
-        from langgraph_durable.redis import RedisStore
 
-        with RedisStore.from_conn_string(
-            spec.conn, tenant=tenant, **spec.kwargs, **options
-        ) as store:
-            store.setup()
-            yield store
-    else:
-        from langgraph_durable.dynamodb import DynamoDBStore
-
-        with DynamoDBStore.from_conn_string(spec.conn, tenant=tenant, **options) as store:
-            store.setup()
-            yield store
+@asynccontextmanager
+async def aopen_spec_store(spec: SaverSpec, tenant: Any, **options: Any) -> AsyncIterator[Any]:
+    """A set-up async store of ``spec``'s backend, on its schema, prefix or table."""
+    cls = store_classes(spec.backend)[1]
+    async with cls.from_conn_string(
+        spec.conn, tenant=tenant, **_store_options(spec), **options
+    ) as store:
+        await store.setup()
+        yield store
 
 
 def raw_items(spec: SaverSpec) -> set[Item]:
@@ -90,21 +112,28 @@ def _redis_items(spec: SaverSpec) -> set[Item]:
     return found
 
 
-def _dynamodb_items(spec: SaverSpec) -> set[Item]:
+def _dynamodb_client(spec: SaverSpec) -> tuple[Any, str]:
+    """A boto3 client of ``spec``'s endpoint (one per endpoint: making one takes a few
+    tenths of a second) and its table."""
     import boto3
-
-    from langgraph_durable.dynamodb._items import dec
 
     parts = urlsplit(spec.conn)
     query = parse_qs(parts.query)
     where = (query["region"][0], query["endpoint"][0])
     client = _CLIENTS.get(where)
-    if client is None:  # one per endpoint: making a boto3 client takes a few tenths of a second
+    if client is None:
         client = _CLIENTS[where] = boto3.client(
             "dynamodb", region_name=where[0], endpoint_url=where[1]
         )
+    return client, parts.netloc
+
+
+def _dynamodb_items(spec: SaverSpec) -> set[Item]:
+    from langgraph_durable.dynamodb._items import dec
+
+    client, table = _dynamodb_client(spec)
     found: set[Item] = set()
-    for page in client.get_paginator("scan").paginate(TableName=parts.netloc):
+    for page in client.get_paginator("scan").paginate(TableName=table):
         for item in page["Items"]:
             pk, sk = item["pk"]["S"], item["sk"]["S"]
             tenant, sep, rest = pk.partition("##s#")
@@ -113,3 +142,80 @@ def _dynamodb_items(spec: SaverSpec) -> set[Item]:
             labels = tuple(dec(label) for label in rest.split("#")[:-1])
             found.add((dec(tenant), labels, dec(sk[2:])))
     return found
+
+
+def raw_value(spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str) -> bytes:
+    """The stored bytes of an item's value (sealed: serialized, encrypted, tagged)."""
+    if spec.backend == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT value FROM {}.store_items WHERE tenant_id = %s AND prefix = %s AND key = %s"
+        ).format(sql.Identifier(spec.kwargs["schema"]))
+        with psycopg.connect(spec.conn, autocommit=True) as conn:
+            row = conn.execute(query, (tenant, ".".join(namespace), key)).fetchone()
+        assert row is not None, (tenant, namespace, key)
+        return bytes(row[0])
+    if spec.backend == "redis":
+        client, name = _redis_item(spec, tenant, namespace, key)
+        try:
+            data = client.hget(name, "v")
+        finally:
+            client.close()
+        assert data is not None, (tenant, namespace, key)
+        return bytes(data)
+    client, table = _dynamodb_client(spec)
+    item = client.get_item(
+        TableName=table, Key=_dynamodb_key(tenant, namespace, key), ConsistentRead=True
+    )["Item"]
+    return bytes(item["v"]["B"])
+
+
+def write_raw_value(
+    spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str, data: bytes
+) -> None:
+    """Overwrite the stored bytes of an item's value, behind the store's back."""
+    if spec.backend == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        query = sql.SQL(
+            "UPDATE {}.store_items SET value = %s WHERE tenant_id = %s AND prefix = %s AND key = %s"
+        ).format(sql.Identifier(spec.kwargs["schema"]))
+        with psycopg.connect(spec.conn, autocommit=True) as conn:
+            assert conn.execute(query, (data, tenant, ".".join(namespace), key)).rowcount == 1
+    elif spec.backend == "redis":
+        client, name = _redis_item(spec, tenant, namespace, key)
+        try:
+            assert client.exists(name) == 1
+            client.hset(name, "v", data)
+        finally:
+            client.close()
+    else:
+        client, table = _dynamodb_client(spec)
+        client.update_item(
+            TableName=table,
+            Key=_dynamodb_key(tenant, namespace, key),
+            UpdateExpression="SET v = :v",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":v": {"B": data}},
+        )
+
+
+def _redis_item(
+    spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str
+) -> tuple[Any, str]:
+    import redis
+
+    from langgraph_durable.redis._keys import KeyLayout
+    from langgraph_durable.redis._store import StoreKeys
+
+    name = StoreKeys(KeyLayout(spec.kwargs["prefix"]), tenant).item(namespace, key)
+    return redis.Redis.from_url(spec.conn), name
+
+
+def _dynamodb_key(tenant: str, namespace: tuple[str, ...], key: str) -> dict[str, Any]:
+    from langgraph_durable.dynamodb._store_keys import item_pk, item_sk
+
+    return {"pk": {"S": item_pk(tenant, namespace)}, "sk": {"S": item_sk(key)}}

@@ -9,19 +9,15 @@ programs per differential test (default 2 here: moto is slow).
 from __future__ import annotations
 
 import asyncio
-import os
-import struct
 import uuid
-from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
-from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
+from hypothesis import given
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 
 from langgraph_durable._core import store as core
 from langgraph_durable.dynamodb import AsyncDynamoDBStore, DynamoDBStore
@@ -35,32 +31,19 @@ from langgraph_durable.errors import (
 )
 from langgraph_durable.protect import Redaction
 from tests.dynamodb.helpers import CallCounter, Faults, make_client, raw_items, table_dump
-from tests.encryption_helpers import canary_forms, local_encryption
+from tests.encryption_helpers import local_encryption
 from tests.servers import delete_dynamodb_table, new_dynamodb_table_name
+from tests.store import backend_cases as cases
 from tests.store.differential import (
     COVERING_PROGRAM,
     FakeClock,
-    acheck_ttl,
     arun_program,
-    check_ttl,
-    embed,
     index_config,
     programs,
     run_program,
 )
 
-EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "2"))
-PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
-PROPERTY = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize=os.environ.get("CI", "").lower() == "true",
-    phases=PHASES,
-    # a loaded machine may draw programs slowly: not a failure of the store
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-MODES = ["clear", "encrypted"]
+PROPERTY = cases.property_settings(2)  # moto is slow
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +62,7 @@ def client(dynamodb_endpoint: str) -> Any:
     return make_client(dynamodb_endpoint)
 
 
-def _options(mode: str, **extra: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"index": index_config()}
-    if mode == "encrypted":
-        options["encryption"] = local_encryption()
-    options.update(extra)
-    return options
+_options = cases.mode_options
 
 
 def _url(endpoint: str, table: str) -> str:
@@ -94,7 +72,7 @@ def _url(endpoint: str, table: str) -> str:
 # ---- the differential harness ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_sync(client: Any, table: str, mode: str) -> None:
     tenant = {"now": uuid.uuid4().hex}
     with DynamoDBStore(
@@ -111,7 +89,7 @@ def test_differential_sync(client: Any, table: str, mode: str) -> None:
         check()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_async(client: Any, dynamodb_endpoint: str, table: str, mode: str) -> None:
     async def run(program: list) -> None:
         async with AsyncDynamoDBStore(
@@ -135,57 +113,33 @@ def test_differential_async(client: Any, dynamodb_endpoint: str, table: str, mod
     check()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_ttl_with_an_injected_clock(
     client: Any, dynamodb_endpoint: str, table: str, mode: str
 ) -> None:
-    @contextmanager
-    def make(**kw: Any) -> Iterator[DynamoDBStore]:
-        with DynamoDBStore(
+    cases.check_ttl_sync_and_async(
+        lambda **kw: DynamoDBStore(
             client, table=table, tenant=uuid.uuid4().hex, **_options(mode, **kw)
-        ) as store:
-            yield store
-
-    @asynccontextmanager
-    async def amake(**kw: Any) -> Any:
-        async with AsyncDynamoDBStore.from_conn_string(
+        ),
+        lambda **kw: AsyncDynamoDBStore.from_conn_string(
             _url(dynamodb_endpoint, table), tenant=uuid.uuid4().hex, **_options(mode, **kw)
-        ) as store:
-            yield store
-
-    check_ttl(make)
-    asyncio.run(acheck_ttl(amake))
+        ),
+    )
 
 
 # ---- raw storage and tenants ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_canaries_in_values_and_embeddings_never_reach_storage(
     client: Any, table: str, mode: str
 ) -> None:
-    tag = uuid.uuid4().hex[:12]
-    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
     with DynamoDBStore(client, table=table, tenant=uuid.uuid4().hex, **_options(mode)) as store:
-        store.put(
-            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
-        )
-        store.put(("users", "u1"), "memory", {"text": canaries[2]})
-        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
-        found = store.search(("users",), query=canaries[2])
-        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
-    dump = table_dump(client, table)
-    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
-    # The embedding of the canary text, as msgpack stores each float (big-endian double).
-    vector = [x for x in embed([canaries[2]])[0] if x]
-    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
-    if mode == "encrypted":
-        assert hits == [] and vector_hits == []
-    else:
-        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+        canaries = cases.write_canaries(store)
+    cases.assert_canaries(table_dump(client, table), canaries, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_crafted_namespaces_never_reach_another_tenant(client: Any, table: str, mode: str) -> None:
     base = uuid.uuid4().hex[:8]
     alice = base
@@ -314,14 +268,10 @@ def test_delete_namespace_sync_and_async(client: Any, dynamodb_endpoint: str, ta
 
 
 def test_redaction_applies_to_stored_values(client: Any, table: str) -> None:
-    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
     with DynamoDBStore(
         client, table=table, tenant=uuid.uuid4().hex, redaction=Redaction()
     ) as store:
-        store.put(("users",), "u1", {"note": f"write to {mail} please"})
-        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
-        assert mail not in value["note"] and value["note"].startswith("write to ")
-    assert not any(form in table_dump(client, table) for form in canary_forms(mail))
+        cases.check_redaction(store, lambda: table_dump(client, table))
 
 
 def test_a_refresh_never_overwrites_a_put_made_meanwhile(
@@ -393,49 +343,11 @@ def test_throttled_calls_unprocessed_keys_and_short_pages(
 # ---- inside a graph ----------------------------------------------------------------------
 
 
-class _State(TypedDict, total=False):
-    text: str
-    recalled: list[str]
-
-
-def _memory_graph(store: Any) -> Any:
-    """``remember`` puts the text under the run's user; ``recall`` searches it by meaning."""
-
-    def remember(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
-        store.put(("memories", config["configurable"]["user"]), uuid.uuid4().hex, state)
-        return {}
-
-    def recall(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
-        ns = ("memories", config["configurable"]["user"])
-        return {"recalled": [h.value["text"] for h in store.search(ns, query=state["text"])][:1]}
-
-    builder = StateGraph(_State)
-    builder.add_node("remember", remember)
-    builder.add_node("recall", recall)
-    builder.add_conditional_edges(
-        START, lambda s: "recall" if s.get("recalled") == [] else "remember"
-    )
-    return builder.compile(store=store)
-
-
 def test_a_graph_remembers_in_one_thread_and_recalls_in_another(client: Any, table: str) -> None:
-    tenant, other = uuid.uuid4().hex, uuid.uuid4().hex
-
-    def config(thread: str, tenant_id: str) -> Any:
-        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
-
-    with DynamoDBStore(client, table=table, **_options("encrypted")) as store:
-        graph = _memory_graph(store)
-        graph.invoke({"text": "blue sky"}, config("t1", tenant))
-        graph.invoke({"text": "river"}, config("t1", tenant))
-        keys = store._saver.encryption  # another store object shares the keyring only
-    with DynamoDBStore(client, table=table, index=index_config(), encryption=keys) as store:
-        graph = _memory_graph(store)
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
-        assert out["recalled"] == ["blue sky"]
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
-        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
-        assert store.search(("memories",)) == []  # outside a run: the default tenant
+    keys = local_encryption()  # another store object shares the keyring only
+    cases.check_graph_remembers(
+        lambda _: DynamoDBStore(client, table=table, index=index_config(), encryption=keys)
+    )
 
 
 def test_entries_of_expired_items_go_when_read_unless_put_again_meanwhile(
@@ -498,3 +410,41 @@ def test_altered_stripped_or_replayed_clear_attributes_do_not_open(client: Any, 
                 store.search(("a",), query="river")
         client.put_item(TableName=table, Item=new)
         assert store.search(("a",), query="river")[0].value == {"text": "river"}
+
+
+@contextmanager
+def _put_before_next_write(client: Any, put: Callable[[], None]) -> Iterator[list[int]]:
+    """Run ``put`` (another client's) before ``client``'s next TransactWriteItems;
+    yields a list that holds an item once it ran."""
+    fired: list[int] = []
+
+    def hook(**_: Any) -> None:
+        if not fired:
+            fired.append(1)
+            put()
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", hook)
+    try:
+        yield fired
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", hook)
+
+
+def test_a_sweep_keeps_an_item_put_again_meanwhile(
+    client: Any, dynamodb_endpoint: str, table: str
+) -> None:
+    clock = FakeClock()
+    opts = {"table": table, "tenant": uuid.uuid4().hex, "ttl": {"default_ttl": 1.0}}
+    store = DynamoDBStore(client, clock=clock, **opts)
+    writer = DynamoDBStore(make_client(dynamodb_endpoint), clock=clock, **opts)
+    store.batch([PutOp(("a",), key, {"v": 1}, ttl=1.0) for key in "kj"])
+    clock.advance(61)
+    # after the sweep's Query of the index, before its deletes: k is put again
+    with _put_before_next_write(client, lambda: writer.put(("a",), "k", {"v": 2})) as fired:
+        assert store.sweep_expired() == 1  # j; k's delete was dropped
+    assert fired and store.get(("a",), "k").value == {"v": 2}  # type: ignore[union-attr]
+    assert store.list_namespaces() == [("a",)]
+    clock.advance(61)
+    assert store.sweep_expired() == 1 and store.list_namespaces() == []
+    store.close()
+    writer.close()

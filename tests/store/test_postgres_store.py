@@ -8,49 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
-from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
+from hypothesis import given
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 from psycopg import sql
 
 from langgraph_durable._core import store as core
-from langgraph_durable.errors import ConfigurationError, DecryptionError, InvalidNamespaceError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DecryptionError,
+    InvalidInputError,
+    InvalidNamespaceError,
+)
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
 from langgraph_durable.protect import Encryption, LocalKeyring, Redaction
-from tests.encryption_helpers import canary_forms, local_encryption
+from tests.store import backend_cases as cases
 from tests.store.differential import (
     COVERING_PROGRAM,
     FakeClock,
-    acheck_ttl,
     arun_program,
-    check_ttl,
-    embed,
     index_config,
     programs,
     run_program,
 )
 
-EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "4"))
-PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
-PROPERTY = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize=os.environ.get("CI", "").lower() == "true",
-    phases=PHASES,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-MODES = ["clear", "encrypted"]
+PROPERTY = cases.property_settings(4)
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +55,7 @@ def schema(pg_url: str) -> Iterator[str]:
 
 
 def _options(mode: str, **extra: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"index": index_config(), "pool_size": 2}
-    if mode == "encrypted":
-        options["encryption"] = local_encryption()
-    options.update(extra)
-    return options
+    return cases.mode_options(mode, **{"pool_size": 2, **extra})
 
 
 def _rows(pg_url: str, schema: str, tenant: str | None = None) -> list[tuple[Any, ...]]:
@@ -86,7 +70,7 @@ def _rows(pg_url: str, schema: str, tenant: str | None = None) -> list[tuple[Any
 # ---- the differential harness ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_sync(pg_url: str, schema: str, mode: str) -> None:
     tenant = {"now": ""}
     with PostgresStore.from_conn_string(
@@ -104,7 +88,7 @@ def test_differential_sync(pg_url: str, schema: str, mode: str) -> None:
         check()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_async(pg_url: str, schema: str, mode: str) -> None:
     async def run(program: list) -> None:
         async with AsyncPostgresStore.from_conn_string(
@@ -122,24 +106,15 @@ def test_differential_async(pg_url: str, schema: str, mode: str) -> None:
     check()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_ttl_with_an_injected_clock(pg_url: str, schema: str, mode: str) -> None:
-    @contextmanager
-    def make(**kw: Any) -> Iterator[PostgresStore]:
-        with PostgresStore.from_conn_string(
-            pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options(mode, **kw)
-        ) as store:
-            yield store
+    def options(**kw: Any) -> dict[str, Any]:
+        return {"schema": schema, "tenant": uuid.uuid4().hex, **_options(mode, **kw)}
 
-    @asynccontextmanager
-    async def amake(**kw: Any) -> Any:
-        async with AsyncPostgresStore.from_conn_string(
-            pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options(mode, **kw)
-        ) as store:
-            yield store
-
-    check_ttl(make)
-    asyncio.run(acheck_ttl(amake))
+    cases.check_ttl_sync_and_async(
+        lambda **kw: PostgresStore.from_conn_string(pg_url, **options(**kw)),
+        lambda **kw: AsyncPostgresStore.from_conn_string(pg_url, **options(**kw)),
+    )
 
 
 # ---- raw storage and tenants ------------------------------------------------------------
@@ -154,35 +129,19 @@ def _dump(rows: list[tuple[Any, ...]]) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_canaries_in_values_and_embeddings_never_reach_storage(
     pg_url: str, schema: str, mode: str
 ) -> None:
-    tag = uuid.uuid4().hex[:12]
-    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
     tenant = uuid.uuid4().hex
     with PostgresStore.from_conn_string(
         pg_url, schema=schema, tenant=tenant, **_options(mode)
     ) as store:
-        store.put(
-            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
-        )
-        store.put(("users", "u1"), "memory", {"text": canaries[2]})
-        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
-        found = store.search(("users",), query=canaries[2])
-        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
-    dump = _dump(_rows(pg_url, schema, tenant))
-    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
-    # The embedding of the canary text, as msgpack stores each float (big-endian double).
-    vector = [x for x in embed([canaries[2]])[0] if x]
-    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
-    if mode == "encrypted":
-        assert hits == [] and vector_hits == []
-    else:
-        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+        canaries = cases.write_canaries(store)
+    cases.assert_canaries(_dump(_rows(pg_url, schema, tenant)), canaries, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_crafted_namespaces_never_reach_another_tenant(pg_url: str, schema: str, mode: str) -> None:
     base = uuid.uuid4().hex[:8]
     alice, mallory = f"{base}", f"{base}.users"  # a tenant that looks like a namespace
@@ -303,6 +262,38 @@ def test_a_search_without_filter_or_query_reads_only_its_page(pg_url: str, schem
         assert rows == [30]  # a filter needs every value opened
 
 
+def test_a_search_over_too_many_items_is_refused(pg_url: str, schema: str) -> None:
+    clock = FakeClock()
+    with PostgresStore.from_conn_string(
+        pg_url, schema=schema, tenant=uuid.uuid4().hex, max_search_items=5, clock=clock
+    ) as store:
+        store.batch([PutOp(("a", str(i % 2)), f"k{i}", {"v": i}, ttl=1.0) for i in range(6)])
+        assert len(store.search(("a", "0"), filter={"v": {"$gte": 0}}, refresh_ttl=False)) == 3
+        assert len(store.search(("a",), limit=4, refresh_ttl=False)) == 4  # a page: its rows
+        clock.advance(50)
+        every = {"v": {"$gte": 0}}
+        with pytest.raises(InvalidInputError, match="max_search_items=5"):
+            store.batch(
+                [
+                    GetOp(("a", "0"), "k0"),
+                    SearchOp(("a",), filter=every),
+                    PutOp(("b",), "k", {"v": 1}),
+                    PutOp(("a", "1"), "k1", None),
+                ]
+            )
+        assert store.get(("b",), "k") is None  # nothing of the refused batch was written
+        assert store.get(("a", "1"), "k1", refresh_ttl=False) is not None
+        clock.advance(20)
+        assert store.get(("a", "0"), "k0") is None  # nor was the get's refresh
+        store.batch([PutOp(("c",), f"j{i}", {"v": i}) for i in range(6)])
+        with pytest.raises(InvalidInputError, match="max_search_items=5"):
+            asyncio.run(store.asearch((), filter=every))  # 6 live items
+        store.delete(("c",), "j5")
+        assert len(store.search((), filter=every)) == 5  # at the bound: answered
+    with pytest.raises(ConfigurationError):
+        PostgresStore(pg_url, max_search_items=0)
+
+
 def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
     tenant = uuid.uuid4().hex
     with PostgresStore.from_conn_string(pg_url, schema=schema, tenant=tenant) as store:
@@ -326,67 +317,18 @@ def test_delete_namespace_sync_and_async(pg_url: str, schema: str) -> None:
 # ---- inside a graph; redaction ----------------------------------------------------------
 
 
-class _State(TypedDict, total=False):
-    text: str
-    recalled: list[str]
-
-
-def _memory_graph(store: Any) -> Any:
-    def remember(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
-        user = config["configurable"]["user"]
-        store.put(("memories", user), uuid.uuid4().hex, {"text": state["text"]})
-        return {}
-
-    def recall(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
-        user = config["configurable"]["user"]
-        return {
-            "recalled": [
-                h.value["text"]
-                for h in store.search(("memories", user), query=state["text"], limit=1)
-            ]
-        }
-
-    builder = StateGraph(_State)
-    builder.add_node("remember", remember)
-    builder.add_node("recall", recall)
-    builder.add_conditional_edges(
-        START, lambda s: "recall" if s.get("recalled") == [] else "remember"
-    )
-    return builder.compile(store=store)
-
-
 def test_a_graph_remembers_in_one_thread_and_recalls_in_another(pg_url: str, schema: str) -> None:
-    tenant = uuid.uuid4().hex
-    other = uuid.uuid4().hex
-
-    def config(thread: str, tenant_id: str) -> dict[str, Any]:
-        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
-
-    with PostgresStore.from_conn_string(pg_url, schema=schema, index=index_config()) as store:
-        graph = _memory_graph(store)
-        graph.invoke({"text": "blue sky"}, config("t1", tenant))
-        graph.invoke({"text": "river"}, config("t1", tenant))
-    # another store object (as another process would open), another thread
-    with PostgresStore.from_conn_string(pg_url, schema=schema, index=index_config()) as store:
-        graph = _memory_graph(store)
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
-        assert out["recalled"] == ["blue sky"]
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
-        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
-        assert store.search(("memories",)) == []  # outside a run: the default tenant
+    cases.check_graph_remembers(
+        lambda _: PostgresStore.from_conn_string(pg_url, schema=schema, index=index_config())
+    )
 
 
 def test_redaction_applies_to_stored_values(pg_url: str, schema: str) -> None:
     tenant = uuid.uuid4().hex
-    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
     with PostgresStore.from_conn_string(
         pg_url, schema=schema, tenant=tenant, redaction=Redaction()
     ) as store:
-        store.put(("users",), "u1", {"note": f"write to {mail} please"})
-        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
-        assert mail not in value["note"] and value["note"].startswith("write to ")
-    dump = _dump(_rows(pg_url, schema, tenant))
-    assert not any(form in dump for form in canary_forms(mail))
+        cases.check_redaction(store, lambda: _dump(_rows(pg_url, schema, tenant)))
 
 
 def test_sync_methods_of_the_async_store_from_another_thread(pg_url: str, schema: str) -> None:

@@ -8,6 +8,7 @@ The roles follow ``docs/security.md``: a migration role owns the schema and runs
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -99,6 +100,12 @@ def test_the_database_keeps_tenants_apart(app: tuple[str, str], encrypted: bool)
         assert s1.delete_namespace(("users", "u2")) == 1
         with pytest.raises(ConfigurationError, match="BYPASSRLS"):
             s1.sweep_ttl()  # across tenants: not for the application role
+        with pytest.raises(ConfigurationError, match="BYPASSRLS"):
+            s1.sweep_all_expired()
+        s2.put(("users",), "gone", {"n": 0}, ttl=0.001)  # expired in 0.06 s
+        time.sleep(0.1)
+        assert s1.sweep_expired() == 0  # its own tenant's: the application role may
+        assert s2.sweep_expired() == 1
 
     async def run() -> None:
         async with AsyncPostgresStore.from_conn_string(url, tenant=t1, **options) as a1:

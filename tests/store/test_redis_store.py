@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import uuid
-from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypedDict
+from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, Phase, given, settings
-from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, StateGraph
-from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, PutOp, SearchOp
+from hypothesis import given
+from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -32,30 +27,18 @@ from langgraph_durable.protect import Encryption, LocalKeyring, Redaction
 from langgraph_durable.redis import AsyncRedisStore, RedisStore
 from langgraph_durable.redis._requests import Script
 from langgraph_durable.redis._store import StoreKeys
-from tests.encryption_helpers import canary_forms, local_encryption
+from tests.encryption_helpers import local_encryption
+from tests.store import backend_cases as cases
 from tests.store.differential import (
     COVERING_PROGRAM,
     FakeClock,
-    acheck_ttl,
     arun_program,
-    check_ttl,
-    embed,
     index_config,
     programs,
     run_program,
 )
 
-EXAMPLES = int(os.environ.get("LGD_PROPERTY_EXAMPLES", "4"))
-PHASES = tuple(Phase) if os.environ.get("LGD_STORE_SHRINK") else tuple(set(Phase) - {Phase.shrink})
-PROPERTY = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize=os.environ.get("CI", "").lower() == "true",
-    phases=PHASES,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-MODES = ["clear", "encrypted"]
+PROPERTY = cases.property_settings(4)
 SERVERS = ["single", "cluster"]
 
 
@@ -67,11 +50,7 @@ def server(request: pytest.FixtureRequest) -> str:
 
 
 def _options(mode: str, prefix: str, **extra: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"index": index_config(), "prefix": prefix}
-    if mode == "encrypted":
-        options["encryption"] = local_encryption()
-    options.update(extra)
-    return options
+    return cases.mode_options(mode, prefix=prefix, **extra)
 
 
 def _raw(url: str) -> Any:
@@ -106,7 +85,7 @@ def _dump(url: str, prefix: str) -> tuple[list[bytes], bytes]:
 # ---- the differential harness ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_sync(server: str, redis_prefix: str, mode: str) -> None:
     tenant = {"now": ""}
     with RedisStore.from_conn_string(
@@ -125,7 +104,7 @@ def test_differential_sync(server: str, redis_prefix: str, mode: str) -> None:
         check()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_differential_async(server: str, redis_prefix: str, mode: str) -> None:
     tenant = {"now": ""}
     loop = asyncio.new_event_loop()  # one loop and one client for every example
@@ -152,24 +131,15 @@ def test_differential_async(server: str, redis_prefix: str, mode: str) -> None:
         loop.close()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_ttl_with_an_injected_clock(redis_url: str, redis_prefix: str, mode: str) -> None:
-    @contextmanager
-    def make(**kw: Any) -> Iterator[RedisStore]:
-        with RedisStore.from_conn_string(
-            redis_url, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix, **kw)
-        ) as store:
-            yield store
+    def options(**kw: Any) -> dict[str, Any]:
+        return {"tenant": uuid.uuid4().hex, **_options(mode, redis_prefix, **kw)}
 
-    @asynccontextmanager
-    async def amake(**kw: Any) -> Any:
-        async with AsyncRedisStore.from_conn_string(
-            redis_url, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix, **kw)
-        ) as store:
-            yield store
-
-    check_ttl(make)
-    asyncio.run(acheck_ttl(amake))
+    cases.check_ttl_sync_and_async(
+        lambda **kw: RedisStore.from_conn_string(redis_url, **options(**kw)),
+        lambda **kw: AsyncRedisStore.from_conn_string(redis_url, **options(**kw)),
+    )
 
 
 def test_ttl_native_backstop_and_sweep(redis_url: str, redis_prefix: str) -> None:
@@ -221,35 +191,20 @@ def test_ttl_native_backstop_and_sweep(redis_url: str, redis_prefix: str) -> Non
 # ---- raw storage and tenants ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_canaries_in_values_and_embeddings_never_reach_storage(
     server: str, redis_prefix: str, mode: str
 ) -> None:
-    tag = uuid.uuid4().hex[:12]
-    canaries = [f"canary-value-{tag}", f"canary.{tag}@example.com", f"canary-text-{tag}"]
     with RedisStore.from_conn_string(
         server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
     ) as store:
-        store.put(
-            ("users", "u1"), "profile", {"note": canaries[0], "nested": {"mail": canaries[1]}}
-        )
-        store.put(("users", "u1"), "memory", {"text": canaries[2]})
-        assert store.get(("users", "u1"), "profile").value["note"] == canaries[0]  # type: ignore[union-attr]
-        found = store.search(("users",), query=canaries[2])
-        assert found[0].key == "memory" and found[0].score == pytest.approx(1.0)
+        canaries = cases.write_canaries(store)
     names, dump = _dump(server, redis_prefix)
     assert names  # the scan sees the store's keys
-    dump += b"\n".join(names)
-    hits = [c for c in canaries if any(form in dump for form in canary_forms(c))]
-    vector = [x for x in embed([canaries[2]])[0] if x]
-    vector_hits = [x for x in vector if struct.pack(">d", x) in dump]
-    if mode == "encrypted":
-        assert hits == [] and vector_hits == []
-    else:
-        assert hits == canaries and vector_hits == vector  # the scan finds them in clear
+    cases.assert_canaries(dump + b"\n".join(names), canaries, mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_crafted_namespaces_never_reach_another_tenant(
     server: str, redis_prefix: str, mode: str
 ) -> None:
@@ -344,7 +299,7 @@ _READS = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases.MODES)
 def test_one_round_trip_per_batch(server: str, redis_prefix: str, mode: str) -> None:
     with RedisStore.from_conn_string(
         server, tenant=uuid.uuid4().hex, **_options(mode, redis_prefix)
@@ -441,15 +396,10 @@ def test_a_search_over_too_many_items_is_refused(redis_url: str, redis_prefix: s
 
 
 def test_redaction_applies_to_stored_values(redis_url: str, redis_prefix: str) -> None:
-    mail = f"canary.{uuid.uuid4().hex[:10]}@example.com"
     with RedisStore.from_conn_string(
         redis_url, prefix=redis_prefix, tenant="t", redaction=Redaction()
     ) as store:
-        store.put(("users",), "u1", {"note": f"write to {mail} please"})
-        value = store.get(("users",), "u1").value  # type: ignore[union-attr]
-        assert mail not in value["note"] and value["note"].startswith("write to ")
-    _, dump = _dump(redis_url, redis_prefix)
-    assert b"write to " in dump and not any(form in dump for form in canary_forms(mail))
+        cases.check_redaction(store, lambda: _dump(redis_url, redis_prefix)[1])
 
 
 def test_sync_methods_of_the_async_store_from_another_thread(
@@ -505,48 +455,19 @@ def test_a_batch_meeting_newer_key_versions_is_sent_once(redis_url: str, redis_p
 # ---- inside a graph ---------------------------------------------------------------------
 
 
-class _State(TypedDict, total=False):
-    text: str
-    recalled: list[str]
-
-
-def _memory_graph(store: Any) -> Any:
-    def step(state: _State, config: RunnableConfig, *, store: BaseStore) -> _State:
-        ns = ("memories", config["configurable"]["user"])
-        if "recalled" not in state:
-            store.put(ns, uuid.uuid4().hex, {"text": state["text"]})
-            return {}
-        hits = store.search(ns, query=state["text"], limit=1)
-        return {"recalled": [h.value["text"] for h in hits]}
-
-    builder = StateGraph(_State)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    return builder.compile(store=store)
-
-
 def test_a_graph_remembers_in_one_thread_and_recalls_in_another(
     server: str, redis_prefix: str
 ) -> None:
-    tenant, other = uuid.uuid4().hex, uuid.uuid4().hex
+    keys = local_encryption()
 
-    def config(thread: str, tenant_id: str) -> Any:
-        return {"configurable": {"thread_id": thread, "user": "u1", "tenant_id": tenant_id}}
+    def open_store(n: int) -> Any:
+        # the second store object has the same keys, not their cache (another process)
+        encryption = keys if n == 0 else Encryption(keys.keyring)
+        return RedisStore.from_conn_string(
+            server, prefix=redis_prefix, index=index_config(), encryption=encryption
+        )
 
-    opts = {"prefix": redis_prefix, "index": index_config(), "encryption": local_encryption()}
-    with RedisStore.from_conn_string(server, **opts) as store:
-        graph = _memory_graph(store)
-        graph.invoke({"text": "blue sky"}, config("t1", tenant))
-        graph.invoke({"text": "river"}, config("t1", tenant))
-    opts["encryption"] = Encryption(opts["encryption"].keyring)  # same keys, new cache
-    # another store object (as another process would open), another thread
-    with RedisStore.from_conn_string(server, **opts) as store:
-        graph = _memory_graph(store)
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t2", tenant))
-        assert out["recalled"] == ["blue sky"]
-        out = graph.invoke({"text": "sky", "recalled": []}, config("t3", other))
-        assert out["recalled"] == []  # the graph run's tenant_id keeps tenants apart
-        assert store.search(("memories",)) == []  # outside a run: the default tenant
+    cases.check_graph_remembers(open_store)
 
 
 def test_sweep_every_tenant_sync_and_async(server: str, redis_prefix: str) -> None:
@@ -559,7 +480,7 @@ def test_sweep_every_tenant_sync_and_async(server: str, redis_prefix: str) -> No
             now[0] = tenant
             store.batch([PutOp(("a",), f"k{i}", {"v": i}, ttl=1.0) for i in range(n + 1)])
             store.put(("a",), "kept", {"v": 0}, ttl=None)
-        assert store.sweep_all_expired() == {t: 0 for t in tenants}
+        assert store.sweep_all_expired() == {}  # none expired yet
         clock.advance(61)
 
         async def run() -> dict[str, int]:
