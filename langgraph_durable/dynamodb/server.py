@@ -36,9 +36,9 @@ Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 AWS credentials come from boto3's usual chain (environment, profile, instance role).
 
 Store factory (``"store": {"path": "langgraph_durable.dynamodb.server:store"}``): an
-``AsyncDynamoDBStore`` on the same table (the variables above, retention and
-integrity aside: they are the checkpoints'), set up unless ``LGD_DYNAMODB_SETUP`` is
-``off``, with the store's own settings:
+``AsyncDynamoDBStore`` on the same table (the variables above, retention aside: it is
+the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set up unless
+``LGD_DYNAMODB_SETUP`` is ``off``, with the store's own settings:
 
 ====================================== ============================================
 ``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
@@ -142,6 +142,8 @@ async def store() -> AsyncIterator[AsyncDynamoDBStore]:
             "by the table's native TTL (setup() enables it): unset it"
         )
     options = store_options_from_env(env)
+    if "integrity" in settings:
+        options["integrity"] = settings["integrity"]
     async with AsyncDynamoDBStore.from_conn_string(
         settings["url"], encryption=settings["encryption"], **options
     ) as opened:

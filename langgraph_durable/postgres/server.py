@@ -39,9 +39,9 @@ Settings come from the environment:
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 
 Store factory (``"store": {"path": "langgraph_durable.postgres.server:store"}``): an
-``AsyncPostgresStore`` on the same database and schema (the variables above, retention and
-integrity aside: they are the checkpoints'), set up unless ``LGD_POSTGRES_SETUP`` is
-``off``, with the store's own settings:
+``AsyncPostgresStore`` on the same database and schema (the variables above, retention
+aside: it is the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set
+up unless ``LGD_POSTGRES_SETUP`` is ``off``, with the store's own settings:
 
 ====================================== ============================================
 ``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
@@ -153,6 +153,8 @@ async def store() -> AsyncIterator[AsyncPostgresStore]:
     options["row_level_security"] = settings["row_level_security"]
     if "tenant_signing_key" in settings:
         options["tenant_signing_key"] = settings["tenant_signing_key"]
+    if "integrity" in settings:
+        options["integrity"] = settings["integrity"]
     async with AsyncPostgresStore.from_conn_string(settings["conn"], **options) as opened:
         if settings["setup"]:
             await opened.setup()

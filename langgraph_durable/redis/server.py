@@ -41,9 +41,9 @@ Settings come from the environment:
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 
 Store factory (``"store": {"path": "langgraph_durable.redis.server:store"}``): an
-``AsyncRedisStore`` on the same server and prefix (the variables above, retention and
-integrity aside: they are the checkpoints'), set up unless ``LGD_REDIS_SETUP`` is
-``off``, with the store's own settings:
+``AsyncRedisStore`` on the same server and prefix (the variables above, retention aside:
+it is the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set up
+unless ``LGD_REDIS_SETUP`` is ``off``, with the store's own settings:
 
 ====================================== ============================================
 ``LGD_STORE_TENANT``                   a fixed tenant (default: the run's
@@ -179,6 +179,8 @@ async def store() -> AsyncIterator[AsyncRedisStore]:
     options = store_options_from_env(env)
     options["prefix"] = settings["prefix"]
     options["encryption"] = settings["encryption"]
+    if "integrity" in settings:
+        options["integrity"] = settings["integrity"]
     async with AsyncRedisStore.from_conn_string(settings["conn"], **options) as opened:
         if settings["setup"]:
             await opened.setup()

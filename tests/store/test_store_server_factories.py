@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from langgraph_durable._store_server import embed_from_text, store_options_from_env
-from langgraph_durable.errors import ConfigurationError, DurableError
+from langgraph_durable.errors import ConfigurationError, DurableError, IntegrityError
 from tests.cli.store_helpers import open_spec_store, raw_items
 from tests.effects.conftest import BACKENDS, make_spec
 from tests.redaction_helpers import SaverSpec
@@ -195,3 +195,27 @@ def test_embed_names_a_provider_a_module_or_a_file(tmp_path: Path) -> None:
     module.write_text("def embed(texts):\n    return [[1.0, 0.0] for _ in texts]\n")
     loaded = embed_from_text(f"{module}:embed")
     assert loaded(["a", "b"]) == [[1.0, 0.0], [1.0, 0.0]]
+
+
+def test_the_store_factory_tags_values_with_the_integrity_key(
+    spec: SaverSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LGD_INTEGRITY_KEY`` covers the store too: a value stored without its tag (by a
+    server that had no key) is refused by a server that has one, and a tagged value reads."""
+    _environ(spec, monkeypatch, LGD_STORE_TENANT="acme")
+    factory = _factory(spec.backend)
+
+    async def put(key: str) -> None:
+        async with factory() as store:
+            await store.aput(("mem",), key, {"text": key})
+
+    async def get(key: str) -> Any:
+        async with factory() as store:
+            return await store.aget(("mem",), key)
+
+    asyncio.run(put("untagged"))
+    monkeypatch.setenv("LGD_INTEGRITY_KEY", os.urandom(32).hex())
+    asyncio.run(put("tagged"))
+    assert asyncio.run(get("tagged")).value == {"text": "tagged"}
+    with pytest.raises(IntegrityError):
+        asyncio.run(get("untagged"))
