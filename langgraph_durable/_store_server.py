@@ -1,4 +1,4 @@
-"""Shared pieces of the Agent Server store factories (``<backend>.server:store``).
+"""Shared pieces of the Agent Server store factories (``<backend>.server.store``).
 
 The factories read the checkpointer factory's variables (URL, schema or prefix,
 keyring, ...) and these, for the store only:

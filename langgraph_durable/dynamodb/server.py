@@ -3,7 +3,7 @@
 ::
 
     {
-      "checkpointer": {"path": "langgraph_durable.dynamodb.server:checkpointer"}
+      "checkpointer": {"path": "langgraph_durable.dynamodb.server.checkpointer"}
     }
 
 Settings come from the environment:
@@ -35,7 +35,7 @@ Settings come from the environment:
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 AWS credentials come from boto3's usual chain (environment, profile, instance role).
 
-Store factory (``"store": {"path": "langgraph_durable.dynamodb.server:store"}``): an
+Store factory (``"store": {"path": "langgraph_durable.dynamodb.server.store"}``): an
 ``AsyncDynamoDBStore`` on the same table (the variables above, retention aside: it is
 the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set up unless
 ``LGD_DYNAMODB_SETUP`` is ``off``, with the store's own settings:

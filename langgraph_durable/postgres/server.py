@@ -4,7 +4,7 @@ The Agent Server accepts a custom checkpointer as the import path of an async
 context manager that yields a ``BaseCheckpointSaver``::
 
     {
-      "checkpointer": {"path": "langgraph_durable.postgres.server:checkpointer"}
+      "checkpointer": {"path": "langgraph_durable.postgres.server.checkpointer"}
     }
 
 Settings come from the environment:
@@ -38,7 +38,7 @@ Settings come from the environment:
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 
-Store factory (``"store": {"path": "langgraph_durable.postgres.server:store"}``): an
+Store factory (``"store": {"path": "langgraph_durable.postgres.server.store"}``): an
 ``AsyncPostgresStore`` on the same database and schema (the variables above, retention
 aside: it is the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set
 up unless ``LGD_POSTGRES_SETUP`` is ``off``, with the store's own settings:

@@ -4,7 +4,7 @@ The Agent Server accepts a custom checkpointer as the import path of an async
 context manager that yields a ``BaseCheckpointSaver``::
 
     {
-      "checkpointer": {"path": "langgraph_durable.redis.server:checkpointer"}
+      "checkpointer": {"path": "langgraph_durable.redis.server.checkpointer"}
     }
 
 Settings come from the environment:
@@ -40,7 +40,7 @@ Settings come from the environment:
 
 Without ``LGD_KEYRING`` and ``LGD_KMS_KEY_ID`` payloads are stored unencrypted.
 
-Store factory (``"store": {"path": "langgraph_durable.redis.server:store"}``): an
+Store factory (``"store": {"path": "langgraph_durable.redis.server.store"}``): an
 ``AsyncRedisStore`` on the same server and prefix (the variables above, retention aside:
 it is the checkpoints'; ``LGD_INTEGRITY_KEY`` also tags the store's values), set up
 unless ``LGD_REDIS_SETUP`` is ``off``, with the store's own settings:

@@ -9,8 +9,9 @@ the block's info string:
 ``sh``, ``bash``, ``shell``        executed by ``bash -euo pipefail``; must exit 0
 ``console``                        each ``$ `` line (with ``\\`` continuations) executed as
                                    above; the other lines are output and not compared
-``json``                           parsed; a ``"checkpointer": {"path": "module:name"}``
-                                   must import
+``json``                           parsed; a ``"checkpointer"`` or ``"store"``
+                                   ``{"path": "package.module.name"}`` must import, read
+                                   as the Agent Server reads it (split at the last ``.``)
 ``sql``                            executed on the page's PostgreSQL database
 anything else, or no info string   a failure, unless marked as an excerpt
 =================================  ==========================================================
@@ -142,13 +143,22 @@ def run_console(example: Example) -> None:
 
 
 def check_json(example: Example) -> None:
-    """Parse a ``json`` block; a checkpointer path in it must import."""
+    """Parse a ``json`` block; a checkpointer or store path in it must import.
+
+    The Agent Server (langgraph-api) reads a path that is not a file (``./x.py:name``)
+    as a module and an attribute split at the last ``.``: ``package.module:name`` is
+    not found there, so it fails here too.
+    """
     document = json.loads(str(example.parsed))
-    checkpointer = document.get("checkpointer") if isinstance(document, dict) else None
-    if isinstance(checkpointer, dict) and "path" in checkpointer:
-        module, _, name = str(checkpointer["path"]).partition(":")
+    for setting in ("checkpointer", "store"):
+        entry = document.get(setting) if isinstance(document, dict) else None
+        if not (isinstance(entry, dict) and "path" in entry):
+            continue
+        path = str(entry["path"])
+        assert ":" not in path, f"{path}: the Agent Server wants package.module.name here"
+        module, _, name = path.rpartition(".")
         factory = getattr(importlib.import_module(module), name)
-        assert callable(factory), f"{checkpointer['path']} is not callable"
+        assert callable(factory), f"{path} is not callable"
 
 
 def run_sql(example: Example) -> None:

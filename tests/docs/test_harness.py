@@ -104,9 +104,17 @@ def test_console_commands_keep_continuations_and_drop_output() -> None:
 
 
 def test_json_blocks_are_parsed_and_checkpointer_paths_imported(tmp_path: Path) -> None:
-    path = "langgraph_durable.postgres.server:checkpointer"
+    path = "langgraph_durable.postgres.server.checkpointer"
     good = f'```json\n{{"checkpointer": {{"path": "{path}"}}}}\n```\n'
     assert run_page(write(tmp_path, good), {}).ran == [1]
-    for bad in ('```json\n{"a": 1,}\n```\n', good.replace('checkpointer"}', 'nothing"}')):
+    store = '```json\n{"store": {"path": "langgraph_durable.redis.server.store"}}\n```\n'
+    assert run_page(write(tmp_path, store), {}).ran == [1]
+    colon = good.replace("server.checkpointer", "server:checkpointer")  # not the server's form
+    for bad in (
+        '```json\n{"a": 1,}\n```\n',
+        good.replace('checkpointer"}', 'nothing"}'),
+        colon,
+        store.replace("server.store", "server.nothing"),
+    ):
         with pytest.raises(AssertionError, match="block failed"):
             run_page(write(tmp_path, bad), {})

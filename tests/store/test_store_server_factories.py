@@ -1,4 +1,4 @@
-"""The Agent Server store factories (``langgraph_durable.<backend>.server:store``).
+"""The Agent Server store factories (``langgraph_durable.<backend>.server.store``).
 
 On each backend, from the environment alone:
 
