@@ -511,6 +511,7 @@ def check_pass(stores: dict[str, Opened], d: Data, embed: Callable, dims: int) -
         by_ns[ns[:2]].append(key)
     every = [it[1] for it in d.items]
     hits: dict[str, list[float]] = defaultdict(list)
+    returned: dict[str, list[int]] = defaultdict(list)  # results per query (asked for 10)
     for q in range(20):
         prefix = d.namespaces[q % len(d.namespaces)][:2] if q % 2 else ("bench",)
         text = _query(d, "check", q)
@@ -525,7 +526,9 @@ def check_pass(stores: dict[str, Opened], d: Data, embed: Callable, dims: int) -
             got = {it.key for it in o.store.search(prefix, query=text, limit=10)}
             where = " one namespace" if len(prefix) > 1 else " every namespace"
             hits[n + where].append(sum(1 for k in got if score[k] >= tenth) / len(exact))
+            returned[n + where].append(len(got))
     out["recall_at_10"] = {k: statistics.fmean(v) for k, v in hits.items()}
+    out["returned_of_10"] = {k: statistics.fmean(v) for k, v in returned.items()}
     return out
 
 
@@ -610,6 +613,10 @@ def preamble(doc: dict[str, Any]) -> list[str]:
         lines.append(
             "vector recall@10 against exact cosine (ties at the 10th count): "
             + ", ".join(f"{k} {v:.2f}" for k, v in chk["recall_at_10"].items())
+        )
+        lines.append(
+            "vector results returned per query (limit 10): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in chk.get("returned_of_10", {}).items())
         )
     return lines
 
