@@ -36,6 +36,7 @@ extension is created in ``public`` if missing. Writes ``store-<timestamp>.json``
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import hashlib
 import json
@@ -61,7 +62,8 @@ from instrument import RoundTripProxy, percentile  # noqa: E402
 from run import environment, log  # noqa: E402
 from savers import UPSTREAM_CONN_KWARGS, admin_connect, create_schema, drop_schema  # noqa: E402
 
-VARIANTS = ("upstream", "ours", "ours-enc")
+VARIANTS = ("upstream", "ours", "ours-enc", "upstream-async", "ours-async")
+DEFAULT_VARIANTS = VARIANTS[:3]
 LANGS = ("en", "fr", "de", "es")
 SOURCES = ("chat", "email", "doc", "web")
 # What upstream is asked for (its defaults spelled out); ours gets it only if it takes it.
@@ -303,6 +305,32 @@ def schema_of(variant: str, tag: str) -> str:
     return f"lgd_bench_store_{variant.replace('-', '_')}_{tag}"
 
 
+class OnLoop:
+    """An async store behind the sync calls the operations make: each runs to completion on
+    ``loop`` (``aput``, ``aget``, ``asearch``, ``alist_namespaces``, ``abatch``)."""
+
+    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.store, self.loop = store, loop
+
+    def _run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(self.store.aput(*args, **kwargs))
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(self.store.aget(*args, **kwargs))
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(self.store.asearch(*args, **kwargs))
+
+    def list_namespaces(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(self.store.alist_namespaces(*args, **kwargs))
+
+    def batch(self, ops: Any) -> Any:
+        return self._run(self.store.abatch(ops))
+
+
 @contextmanager
 def open_store(
     variant: str,
@@ -312,34 +340,58 @@ def open_store(
     pgvector: bool,
     pool_size: int,
     setup: bool,
+    loop: asyncio.AbstractEventLoop,
 ) -> Iterator[Opened]:
-    notes: list[str] = []
-    if variant == "upstream":
-        from langgraph.store.postgres import PostgresStore as UpstreamStore
-        from psycopg_pool import ConnectionPool
+    """A store of ``variant`` on ``schema``, set up when ``setup`` (else opened on it as is).
 
+    An async variant is driven on ``loop`` through :class:`OnLoop`.
+    """
+    notes: list[str] = []
+    is_async = variant.endswith("-async")
+    if variant.startswith("upstream"):
         if setup:
             create_schema(url, schema)
         kwargs = {**UPSTREAM_CONN_KWARGS, "options": f"-c search_path={schema},public"}
+        config = {"index": {**index, **ANN_KEYS}} if pgvector else {}
+        if not pgvector:
+            notes.append("no pgvector on this server: upstream has no index=")
+        if is_async:
+            from langgraph.store.postgres.aio import AsyncPostgresStore as UpstreamAsync
+            from psycopg_pool import AsyncConnectionPool
+
+            apool = AsyncConnectionPool(
+                url, min_size=pool_size, max_size=pool_size, kwargs=kwargs, open=False
+            )
+
+            async def start() -> Any:
+                await apool.open(wait=True)
+                astore = UpstreamAsync(apool, **config)  # type: ignore[arg-type]
+                if setup:
+                    await astore.setup()
+                return astore
+
+            try:
+                store: Any = OnLoop(loop.run_until_complete(start()), loop)
+                yield Opened(store, _ann_notes(url, schema, setup and pgvector, notes), pgvector)
+            finally:
+                loop.run_until_complete(apool.close())
+            return
+        from langgraph.store.postgres import PostgresStore as UpstreamStore
+        from psycopg_pool import ConnectionPool
+
         pool = ConnectionPool(url, min_size=pool_size, max_size=pool_size, kwargs=kwargs)
         try:
             pool.wait()
-            if pgvector:
-                store = UpstreamStore(pool, index={**index, **ANN_KEYS})  # type: ignore[arg-type]
-            else:
-                store = UpstreamStore(pool)
-                notes.append("no pgvector on this server: upstream has no index=")
+            store = UpstreamStore(pool, **config)  # type: ignore[arg-type]
             if setup:
                 store.setup()
-                if pgvector:
-                    ann = ann_indexes(url, schema)
-                    notes.append(f"ANN index: {'; '.join(ann)}" if ann else "no ANN index")
-            yield Opened(store, notes, pgvector)
+            yield Opened(store, _ann_notes(url, schema, setup and pgvector, notes), pgvector)
         finally:
             pool.close()
         return
 
     from langgraph_durable.errors import ConfigurationError
+    from langgraph_durable.postgres import AsyncPostgresStore as OursAsync
     from langgraph_durable.postgres import PostgresStore as OursStore
 
     options: dict[str, Any] = {"schema": schema, "tenant": "bench", "pool_size": pool_size}
@@ -347,20 +399,42 @@ def open_store(
         from langgraph_durable.protect import Encryption, LocalKeyring
 
         options["encryption"] = Encryption(LocalKeyring({"bench": FIXED_KEK}, "bench"))
+    if not is_async:
+        try:
+            ours = OursStore(url, index={**index, **ANN_KEYS}, **options)
+            notes.append("took ann_index_config/distance_type")
+        except (ConfigurationError, TypeError) as exc:
+            ours = OursStore(url, index=index, **options)
+            notes.append(f"refused ann_index_config/distance_type ({exc}); exact search")
+        try:
+            if setup:
+                ours.setup()
+            yield Opened(ours, _ann_notes(url, schema, setup, notes), True)
+        finally:
+            ours.close()
+        return
+    cm: Any = OursAsync.from_conn_string(url, index={**index, **ANN_KEYS}, **options)
     try:
-        store = OursStore(url, index={**index, **ANN_KEYS}, **options)
+        aours = loop.run_until_complete(cm.__aenter__())
         notes.append("took ann_index_config/distance_type")
     except (ConfigurationError, TypeError) as exc:
-        store = OursStore(url, index=index, **options)
+        cm = OursAsync.from_conn_string(url, index=index, **options)
+        aours = loop.run_until_complete(cm.__aenter__())
         notes.append(f"refused ann_index_config/distance_type ({exc}); exact search")
     try:
         if setup:
-            store.setup()
-            ann = ann_indexes(url, schema)
-            notes.append(f"ANN index: {'; '.join(ann)}" if ann else "no ANN index in its schema")
-        yield Opened(store, notes, True)
+            loop.run_until_complete(aours.setup())
+        yield Opened(OnLoop(aours, loop), _ann_notes(url, schema, setup, notes), True)
     finally:
-        store.close()
+        loop.run_until_complete(cm.__aexit__(None, None, None))
+
+
+def _ann_notes(url: str, schema: str, look: bool, notes: list[str]) -> list[str]:
+    """``notes`` and, after a setup, the ANN indexes found in ``schema``."""
+    if look:
+        ann = ann_indexes(url, schema)
+        notes.append(f"ANN index: {'; '.join(ann)}" if ann else "no ANN index in its schema")
+    return notes
 
 
 def ann_indexes(url: str, schema: str) -> list[str]:
@@ -447,6 +521,7 @@ def count_pass(
     ops: list[str],
     calls: int,
     warmup: int,
+    loop: asyncio.AbstractEventLoop,
 ) -> dict[str, Any]:
     """Untimed: round trips and bytes per call, each store on one connection via the relay."""
     out: dict[str, Any] = {}
@@ -454,7 +529,8 @@ def count_pass(
         proxy = RoundTripProxy(*server.relay_target())
         try:
             url = server.via(proxy)
-            with open_store(n, url, schemas[n], index, bool(server.pgvector), 1, False) as o:
+            pgv = bool(server.pgvector)
+            with open_store(n, url, schemas[n], index, pgv, 1, False, loop) as o:
                 per: dict[str, Any] = {}
                 for op in ops:
                     fn, needs_index, _ = OPS[op]
@@ -545,7 +621,7 @@ def rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "store",
         "p50 ms",
         "p99 ms",
-        "p50 vs upstream",
+        "p50 vs upstream",  # the async upstream for an async store
         "client CPU ms",
         "round trips",
         "KB up/down",
@@ -579,11 +655,17 @@ def rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def baseline(variant: str) -> str:
+    """The upstream store a variant is compared with: the async one for an async variant."""
+    return "upstream-async" if variant.endswith("-async") else "upstream"
+
+
 def ratios(timed: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per store and op: the median over rounds of upstream's p50 / the store's p50 (>1: faster)."""
-    up = timed.get("upstream", {})
+    """Per store and op: the median over rounds of upstream's p50 / the store's p50 (>1: faster;
+    an async store against upstream's async store)."""
     out: dict[str, dict[str, float]] = {}
     for n, per in timed.items():
+        up = timed.get(baseline(n), {})
         for op, t in per.items():
             if op not in up:
                 continue
@@ -601,6 +683,8 @@ def preamble(doc: dict[str, Any]) -> list[str]:
         f"load average {doc['load_before']:.1f} before, {doc['load_after']:.1f} after, "
         f"{env.get('cpu_count')} CPUs",
     ]
+    if any(n.endswith("-async") for n in st["variants"]):
+        lines.append("an async store's p50 is compared with upstream-async's")
     for n, notes in doc["results"].get("notes", {}).items():
         lines.append(f"{n}: " + "; ".join(notes))
     for n, s in doc["results"].get("load_s", {}).items():
@@ -658,7 +742,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PostgreSQL URL (env BENCH_PG_URL); default: start one from the pgserver wheel",
     )
     p.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma list from: " + ", ".join(VARIANTS)
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma list from: " + ", ".join(VARIANTS) + " (default %(default)s)",
     )
     p.add_argument("--ops", default=",".join(OPS), help="comma list from: " + ", ".join(OPS))
     p.add_argument("--items", type=int, default=3000, help="items loaded in every store")
@@ -697,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     schemas = {n: schema_of(n, tag) for n in args.variants}
     server = Server(args.url)
     results: dict[str, Any] = {"notes": {}, "load_s": {}}
+    loop = asyncio.new_event_loop()
     try:
         with ExitStack() as stack:
             stores: dict[str, Opened] = {}
@@ -711,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
                         bool(server.pgvector),
                         args.pool_size,
                         True,
+                        loop,
                     )
                 )
                 results["notes"][n] = stores[n].notes
@@ -725,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         results["ratios"] = ratios(results["timed"])
         if not args.no_round_trips:
             results["round_trips"] = count_pass(
-                args.variants, server, schemas, index, d, args.ops, args.counted, args.warmup
+                args.variants, server, schemas, index, d, args.ops, args.counted, args.warmup, loop
             )
         env = environment([]) | server.describe()
     finally:
@@ -733,6 +821,12 @@ def main(argv: list[str] | None = None) -> int:
             for s in schemas.values():
                 drop_schema(server.url, s)
         finally:
+            # upstream's async store leaves its batching task on the loop
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
             server.close()
     doc: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
