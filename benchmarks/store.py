@@ -825,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
             server.close()
     doc: dict[str, Any] = {
