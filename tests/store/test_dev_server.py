@@ -17,7 +17,7 @@ encryption on (``LGD_KEYRING``):
 
 The factories are named in the dotted form ``langgraph_durable.<backend>.server.store``:
 the server's loaders split a non-file path at its last ``.``, so the colon form
-(``...server:store``) is not found by them
+(``...server.store``) is not found by them
 (``test_the_server_loads_the_dotted_form_not_the_colon_form``).
 """
 
@@ -234,7 +234,7 @@ print(json.dumps(found))
 
 def test_the_server_loads_the_dotted_form_not_the_colon_form() -> None:
     """The server's loaders split ``module.attribute`` at the last ``.``: the colon form
-    (``...server:store``, the one the graph loader takes) is not found."""
+    (``...server.store``, the one the graph loader takes) is not found."""
     env = dict(os.environ, REDIS_URI="fake", DATABASE_URI=":memory:", MIGRATIONS_PATH="__inmem")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     assert SERVER_PYTHON is not None
