@@ -32,6 +32,7 @@ from .._store_loop import run_on_loop
 from ..errors import ConfigurationError, DurableError, InvalidNamespaceError
 from . import _rls
 from ._store import StoreOps
+from ._store_vectors import EXACT, VectorMode, index_settings
 from .saver import AsyncPostgresSaver, PostgresSaver
 
 __all__ = ["PostgresStore", "AsyncPostgresStore"]
@@ -81,6 +82,7 @@ class _PostgresStoreBase(BaseStore):
         pool_timeout: float = 30.0,
         row_level_security: bool = False,
         tenant_signing_key: str | bytes | None = None,
+        clear_vectors: bool = False,
     ) -> None:
         self.ttl_config = check_ttl(ttl)  # type: ignore[assignment]
         _interval(None, self.ttl_config)  # a bad sweep interval fails here, not in a sweeper
@@ -120,6 +122,16 @@ class _PostgresStoreBase(BaseStore):
             tenant_signing_key=tenant_signing_key,
         )
         self._store_ops = StoreOps(schema)
+        self._vector_index = index_settings(
+            self.index_config, self._saver.encryption is not None, clear_vectors
+        )
+        self._vector_mode: VectorMode = EXACT  # setup() finds the vector table
+
+    def _vector_setup_op(self) -> Operation[VectorMode]:
+        return Operation(self._store_ops.vectors.setup(self._vector_index), transaction=True)
+
+    def _after_setup(self, mode: VectorMode) -> None:
+        self._vector_mode = mode
 
     @property
     def schema(self) -> str:
@@ -158,6 +170,10 @@ class _PostgresStoreBase(BaseStore):
         by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
+        mode = self._vector_mode
+        distance = self._vector_index.distance_type if self._vector_index else "cosine"
+        # the index's settings go with the tenant's (row-level security), not instead
+        rls = _rls.tenant_settings(saver._ops, tenant) if saver._ops.row_level_security else ()
         fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
@@ -169,13 +185,23 @@ class _PostgresStoreBase(BaseStore):
             # back hex-encoded; two statements keep the reads binary.
             along = () if saver._ops.row_level_security else writes
             read = yield from ops.read(
-                tenant, plan, now, pipeline.open, indexed, along, pipeline.seal, fetched
+                tenant,
+                plan,
+                now,
+                pipeline.open,
+                indexed,
+                along,
+                pipeline.seal,
+                fetched,
+                mode,
+                by_query,
+                rls,
             )
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, by_query
+                plan, read.found, read.searched, read.namespaces, now, by_query, distance
             )
             left = () if read.wrote else writes
-            query = ops.write_query(tenant, now, left, refreshes, pipeline.seal)
+            query = ops.write_query(tenant, now, left, refreshes, pipeline.seal, mode)
             if query is not None:
                 yield query
             return results
@@ -228,8 +254,16 @@ class PostgresStore(_PostgresStoreBase):
         serde: The serializer (default: the savers' allowlisting serializer).
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``);
             expired items are never returned, whether swept or not.
-        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``): search by
-            meaning, scored exactly (cosine) over the items under the search prefix.
+        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``) with
+            ``PostgresIndexConfig``'s ``distance_type`` (``cosine``, ``l2``,
+            ``inner_product``) and ``ann_index_config`` (``kind`` ``hnsw`` or ``flat``,
+            ``m``, ``ef_construction``, ``vector_type``): search by meaning. Where
+            ``setup()`` finds or creates pgvector, the nearest items come from an HNSW
+            index; elsewhere (and with encryption on, unless ``clear_vectors``) every
+            item under the search prefix is scored exactly (``_store_vectors``).
+        clear_vectors: With encryption on, also store the embeddings in the clear in
+            the vector table, for index search (a vector is a value: the text it
+            embeds can be approximated from it). Off: they stay sealed, search is exact.
         clock: Unix seconds now (tests inject one; default ``time.time``).
         prepare_threshold, pool_size, pool_timeout, row_level_security,
         tenant_signing_key: As ``PostgresSaver``'s.
@@ -262,8 +296,11 @@ class PostgresStore(_PostgresStoreBase):
         self._saver.close()
 
     def setup(self) -> list[int]:
-        """Create or migrate the schema (the saver's migrations, the store's table included)."""
-        return self._saver.setup()  # type: ignore[no-any-return]
+        """Create or migrate the schema (the saver's migrations, the store's table included),
+        and the vector table and index where pgvector is (see ``index``)."""
+        applied = self._saver.setup()
+        self._after_setup(self._saver._run(self._vector_setup_op()))
+        return applied  # type: ignore[no-any-return]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         plan = core.plan_batch(ops)
@@ -375,7 +412,9 @@ class AsyncPostgresStore(_PostgresStoreBase):
     async def setup(self) -> list[int]:
         """Create or migrate the schema (see ``PostgresStore.setup``)."""
         self._bind_loop()
-        return await self._saver.setup()  # type: ignore[no-any-return]
+        applied = await self._saver.setup()
+        self._after_setup(await self._saver._arun(self._vector_setup_op()))
+        return applied  # type: ignore[no-any-return]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         self._bind_loop()
