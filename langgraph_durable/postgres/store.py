@@ -125,7 +125,11 @@ class _PostgresStoreBase(BaseStore):
         self._vector_index = index_settings(
             self.index_config, self._saver.encryption is not None, clear_vectors
         )
-        self._vector_mode: VectorMode = EXACT  # setup() finds the vector table
+        # setup() finds the vector table; under row-level security (whose application
+        # role does not run setup()) the first batch that needs it looks it up
+        self._vector_mode: VectorMode | None = EXACT
+        if row_level_security and self._vector_index and self._vector_index.wants_table:
+            self._vector_mode = None
 
     def _vector_setup_op(self) -> Operation[VectorMode]:
         return Operation(self._store_ops.vectors.setup(self._vector_index), transaction=True)
@@ -170,13 +174,16 @@ class _PostgresStoreBase(BaseStore):
         by_item = core.vectors_by_item(tasks, vectors, self._dims) if tasks else None
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
-        mode = self._vector_mode
         distance = self._vector_index.distance_type if self._vector_index else "cosine"
         # the index's settings go with the tenant's (row-level security), not instead
         rls = _rls.tenant_settings(saver._ops, tenant) if saver._ops.row_level_security else ()
         fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
+            mode = self._vector_mode
+            if mode is None:
+                mode = yield from ops.vectors.detect(self._vector_index)
+                self._after_setup(mode)
             pipeline = saver.pipeline
             writes = core.item_writes(plan, now, by_item)
             # One statement for reads and writes, except under row-level security: there

@@ -23,10 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from langgraph.store.base import PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from langgraph_durable._core import store as core
 from langgraph_durable.errors import ConfigurationError, InvalidInputError
 from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
+from langgraph_durable.postgres._rls import app_role_grants
 from langgraph_durable.postgres._store_vectors import index_settings
 from tests.encryption_helpers import local_encryption
 from tests.store.differential import (
@@ -422,3 +424,63 @@ def test_without_pgvector_search_is_exact(pg_url: str, pg_schema: str) -> None:
         assert [i.key for i in got] == [i.key for i in want]
         vector = unit_embed(["w11"])[0]
         assert got[0].score == pytest.approx(core.similarity(vector, vector, "l2"))
+
+
+# ---- row-level security: the vector table is a tenant table ---------------------------------
+
+
+def test_row_level_security_keeps_the_vector_table_apart(vector_url: str) -> None:
+    """The roles of docs/security.md: the owner runs setup(), the application role
+    (no BYPASSRLS) finds the vector table on its first batch and sends its tenant with
+    the index's settings."""
+    suffix = uuid.uuid4().hex[:10]
+    owner, app_role, schema = f"lgd_vowner_{suffix}", f"lgd_vapp_{suffix}", f"v_rls_{suffix}"
+    with psycopg.connect(vector_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # a superuser's step
+        for role in (owner, app_role):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(
+                sql.Identifier(schema), sql.Identifier(owner)
+            )
+        )
+    owner_url = make_conninfo(vector_url, user=owner)
+    app_url = make_conninfo(vector_url, user=app_role)
+    try:
+        with PostgresStore.from_conn_string(
+            owner_url, schema=schema, row_level_security=True, index=_index()
+        ) as store:
+            store.setup()
+            assert store._vector_mode is not None and store._vector_mode.ann
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            for statement in app_role_grants(schema, app_role, owner):
+                conn.execute(statement)  # type: ignore[arg-type]
+        stores = {}
+        for tenant in ("t1", "t2"):
+            stores[tenant] = PostgresStore.from_conn_string(
+                app_url, schema=schema, row_level_security=True, index=_index(), tenant=tenant
+            )
+        with stores["t1"] as t1, stores["t2"] as t2:
+            t1.batch([PutOp(("a",), f"k{i}", {"text": WORDS[i]}) for i in range(45)])
+            assert t1._vector_mode is not None and t1._vector_mode.ann
+            found = t1.search(("a",), query="w7", limit=30)  # 60 candidates: ef_search set
+            assert len(found) == 30 and found[0].key == "k7"
+            assert t2.search(("a",), query="w7") == []
+            t2.put(("a",), "k7", {"text": "w7"})
+            assert [i.key for i in t2.search(("a",), query="w7")] == ["k7"]
+        with psycopg.connect(app_url, autocommit=True) as conn:  # no tenant named: no rows
+            count = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.store_vectors").format(sql.Identifier(schema))
+            ).fetchone()
+            assert count == (0,)
+        assert len(_fetch(vector_url, f'SELECT 1 FROM "{schema}".store_vectors')) == 46
+    finally:
+        with psycopg.connect(vector_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
+                ([owner, app_role],),
+            )
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            for role in (owner, app_role):
+                conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
