@@ -67,12 +67,16 @@ def _index(distance: str = "cosine", **ann: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def vector_url() -> Iterator[str]:
-    """A database whose server has pgvector: ``LGD_PGVECTOR_URL``, else a throwaway
-    server from the ``pgserver`` wheel (pgvector 0.6)."""
+def vector_url(pg_url: str) -> Iterator[str]:
+    """A database whose server has pgvector: ``LGD_PGVECTOR_URL``, else the rig's if its
+    server has the extension, else a throwaway server from the ``pgserver`` wheel
+    (pgvector 0.6)."""
     given_url = os.environ.get("LGD_PGVECTOR_URL")
     if given_url:
         yield given_url
+        return
+    if _fetch(pg_url, "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"):
+        yield pg_url
         return
     from langgraph_durable.postgres.embedded import start_embedded_postgres
 
@@ -179,6 +183,24 @@ def test_setup_makes_the_hnsw_index_once_and_refuses_other_dimensions(
     with PostgresStore.from_conn_string(vector_url, schema=vschema, index=other) as store:
         with pytest.raises(ConfigurationError, match="vector table"):
             store.setup()
+
+
+def test_flat_kind_orders_in_sql_without_an_index(vector_url: str, vschema: str) -> None:
+    with PostgresStore.from_conn_string(
+        vector_url, schema=vschema, index=_index("inner_product", kind="flat")
+    ) as store:
+        store.setup()
+        assert store._vector_mode is not None and store._vector_mode.ann
+        store.batch([PutOp(("a",), f"k{i}", {"text": WORDS[i]}) for i in range(20)])
+        sent = _statements(store)
+        assert [i.key for i in store.search(("a",), query="w9", limit=1)] == ["k9"]
+        assert "store_vectors v JOIN" in sent[0]
+    indexes = _fetch(
+        vector_url,
+        "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'store_vectors'",
+        vschema,
+    )
+    assert indexes == [("store_vectors_pkey",)]
 
 
 # ---- results: InMemoryStore's ---------------------------------------------------------
