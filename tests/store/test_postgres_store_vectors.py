@@ -259,6 +259,29 @@ def test_rankings_agree_with_in_memory_store(vector_url: str, vschema: str, dist
         assert other.search((), query="w3") == []  # another tenant's items are not found
 
 
+_SHAPES = {  # query "q" is the first axis; none of these has the same nearest for two types
+    "q": [1.0] + [0.0] * (DIMS - 1),
+    "tiny": [0.01] + [0.0] * (DIMS - 1),  # cosine 1.0, far by l2, small product
+    "near": [0.9, 0.3] + [0.0] * (DIMS - 2),  # nearest by l2
+    "near2": [0.9, -0.35] + [0.0] * (DIMS - 2),
+    "big": [5.0, 3.0] + [0.0] * (DIMS - 2),  # largest inner product
+}
+
+
+@pytest.mark.parametrize(
+    "distance,nearest", [("cosine", "tiny"), ("l2", "near"), ("inner_product", "big")]
+)
+def test_the_index_orders_by_its_distance_type(
+    vector_url: str, vschema: str, distance: str, nearest: str
+) -> None:
+    """With one result wanted the index gives two candidates: those of its distance."""
+    index = {**_index(distance), "embed": lambda texts: [_SHAPES[t] for t in texts]}
+    with PostgresStore.from_conn_string(vector_url, schema=vschema, index=index) as store:
+        store.setup()
+        store.batch([PutOp(("a",), key, {"text": key}) for key in _SHAPES if key != "q"])
+        assert [i.key for i in store.search(("a",), query="q", limit=1)] == [nearest]
+
+
 def test_differential_with_the_index(vector_url: str, vschema: str) -> None:
     """The differential harness (InMemoryStore's answers, cosine) on an index store,
     clear and encrypted with clear vectors, sync and async."""
