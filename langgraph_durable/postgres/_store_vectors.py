@@ -101,7 +101,7 @@ def index_settings(
         ConfigurationError: an unknown ``distance_type``, ``kind`` or ``vector_type``,
             or a non-integer HNSW parameter.
     """
-    if isinstance(clear_vectors, bool) is False:
+    if not isinstance(clear_vectors, bool):
         raise ConfigurationError(f"clear_vectors must be True or False, got {clear_vectors!r}")
     if not index:
         return None
