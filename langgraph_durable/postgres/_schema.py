@@ -25,6 +25,9 @@ Schema (all tables in one configurable schema):
   (tenant, namespace, key); not partitioned: items live until deleted or expired
   one by one (a TTL refreshed on read moves an item's expiry), so no time bucket
   could be dropped whole.
+* ``store_vectors``: the store's embeddings in pgvector's type, for a vector index
+  (``_store_vectors``): made by the store's ``setup()``, not by a migration (its
+  column's dimensions are the store's ``index`` setting), only where the extension is.
 * ``schema_migrations``: versions applied; migrations run under an advisory lock
   (``_admin.AdminOps.setup``).
 """
@@ -236,6 +239,16 @@ BEGIN
     END IF;
 END
 $fn$;
+""",
+    # 10: search by meaning with pgvector (``_store_vectors``): whether an item's
+    # embeddings are also in ``store_vectors`` (the vector index's table, made by the
+    # store's setup() where the extension is); items with embeddings not indexed
+    # (written before, or sealed only) are found through the partial index and scored
+    # exactly beside the index's candidates
+    """
+ALTER TABLE {s}.store_items ADD COLUMN vectors_indexed boolean NOT NULL DEFAULT false;
+CREATE INDEX store_items_unindexed_idx ON {s}.store_items (tenant_id, prefix)
+    WHERE vectors_type <> '' AND NOT vectors_indexed;
 """,
 ]
 

@@ -13,7 +13,9 @@ and its reads (every get, every search prefix, the namespaces a listing needs:
 one ``UNION ALL``), which still see the store as it was before the statement. A
 search with neither a filter nor scoring reads only the newest ``offset + limit``
 items under its prefix; any other reads every live item under it (the filter
-needs the opened values). A second statement extends the TTLs the reads returned,
+needs the opened values), except a search with a query and no filter where a vector
+index is (``_store_vectors``): the index's nearest items, beside those it does not
+hold. A second statement extends the TTLs the reads returned,
 if any, and carries the writes under row-level security (see ``store.py``).
 Everything between (filters, ordering, scoring, limits, TTL) is decided by the
 pure core (``langgraph_durable._core.store``), after the values are opened.
@@ -34,6 +36,7 @@ from ..errors import CorruptRecordError
 from . import _rls
 from ._query import Query
 from ._schema import validate_schema_name
+from ._store_vectors import EXACT, VectorMode, VectorOps
 
 __all__ = ["StoreOps", "item_identity", "vectors_identity"]
 
@@ -128,17 +131,31 @@ class StoreOps:
         self.schema = validate_schema_name(schema)
         self._s = f'"{self.schema}"'
         self.max_search_items = max_search_items
+        self.vectors = VectorOps(self.schema)
 
     def _searches(
-        self, plan: core.BatchPlan, indexed: bool
-    ) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], int]]:
-        """The prefixes searches read whole (a filter or a query: every live item under
-        them, at most ``max_search_items``) and those read in part (newest first, how many)."""
+        self,
+        plan: core.BatchPlan,
+        indexed: bool,
+        mode: VectorMode = EXACT,
+        query_vectors: Mapping[str, Sequence[float]] | None = None,
+    ) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], int], list[tuple[SearchOp, int]]]:
+        """The prefixes searches read whole (a filter or a query without the vector
+        index: every live item under them, at most ``max_search_items``), those read in
+        part (newest first, how many) and the searches whose candidates come from the
+        vector index (with how many)."""
         whole: list[tuple[str, ...]] = []
         cuts: dict[tuple[str, ...], int] = {}
+        nearest: list[tuple[SearchOp, int]] = []
+        per_item = mode.index.per_item if mode.index is not None else 1
         for i in plan.searches:
             op = plan.ops[i]
             assert isinstance(op, SearchOp)
+            k = core.ann_candidates(op, mode.ann and indexed, per_item)
+            vector = (query_vectors or {}).get(op.query) if op.query else None
+            if k is not None and vector is not None:
+                nearest.append((op, k))
+                continue
             n = core.cut_in_storage(op, indexed)
             if n is None:
                 whole.append(op.namespace_prefix)
@@ -146,7 +163,12 @@ class StoreOps:
                 cuts[op.namespace_prefix] = max(n, cuts.get(op.namespace_prefix, 0))
         whole = core.covering(whole)
         cuts = {p: n for p, n in cuts.items() if not any(core.under(p, w) for w in whole)}
-        return whole, cuts
+        nearest = [
+            (op, k)
+            for op, k in nearest
+            if not any(core.under(op.namespace_prefix, w) for w in whole)
+        ]
+        return whole, cuts, nearest
 
     def _too_many(self) -> str:
         """Whether a prefix read whole holds more than ``max_search_items`` live items
@@ -166,13 +188,23 @@ class StoreOps:
         )
 
     def read_query(
-        self, tenant: str, plan: core.BatchPlan, now: float, indexed: bool = False
+        self,
+        tenant: str,
+        plan: core.BatchPlan,
+        now: float,
+        indexed: bool = False,
+        mode: VectorMode = EXACT,
+        query_vectors: Mapping[str, Sequence[float]] | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
     ) -> Query | None:
         """The one statement that reads what a batch's gets, searches and listings need.
 
         A search with neither a filter nor scoring reads only the ``offset + limit``
-        newest items under its prefix (``core.cut_in_storage``); any other reads every
-        live item under its prefix (the filter needs the opened values).
+        newest items under its prefix (``core.cut_in_storage``); a search with a query
+        and no filter, where ``mode`` has a vector index, its candidates from the index
+        (``core.ann_candidates``); any other reads every live item under its prefix
+        (the filter needs the opened values). ``settings`` (the tenant's, under
+        row-level security) go with the statement when the index needs settings too.
         """
         s = self._s
         parts: list[str] = []
@@ -185,7 +217,21 @@ class StoreOps:
                 f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND i.prefix = g.p "
                 f"AND i.key = g.k WHERE {_LIVE}"
             )
-        whole, cuts = self._searches(plan, indexed)
+        whole, cuts, nearest = self._searches(plan, indexed, mode, query_vectors)
+        for j, (op, k) in enumerate(nearest):
+            assert op.query is not None and query_vectors is not None
+            found, more = self.vectors.search_parts(
+                mode,
+                f"a{j}",
+                op.namespace_prefix,
+                query_vectors[op.query],
+                k,
+                op.limit,
+                _COLUMNS,
+                _LIVE,
+            )
+            parts.extend(found)
+            params.update(more)
         if cuts:
             ex, lo, hi = _bounds(cuts)
             params.update(cx=ex, cl=lo, ch=hi, cn=list(cuts.values()))
@@ -219,7 +265,10 @@ class StoreOps:
             )
         if not parts:
             return None
-        return Query(" UNION ALL ".join(parts), params, "all")
+        extra = VectorOps.settings(mode, max((k for _, k in nearest), default=0))
+        return Query(
+            " UNION ALL ".join(parts), params, "all", settings=settings + extra if extra else ()
+        )
 
     def read(
         self,
@@ -231,6 +280,9 @@ class StoreOps:
         writes: Sequence[core.ItemWrite] = (),
         seal: Callable[[RecordIdentity, Any], Sealed] | None = None,
         fetched: list[Any] | None = None,
+        mode: VectorMode = EXACT,
+        query_vectors: Mapping[str, Sequence[float]] | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
     ) -> Generator[Any, Any, Read]:
         """Read a batch's items (opened) and live namespaces.
 
@@ -241,17 +293,24 @@ class StoreOps:
         ``fetched`` keeps the rows across attempts of one batch: when opening them
         needs a data-key version not loaded yet, the caller loads it and runs the
         batch again, which opens the same rows instead of sending the statement (and
-        its writes) twice.
+        its writes) twice. ``mode``, ``query_vectors`` and ``settings``: see
+        :meth:`read_query`.
         """
-        query = self.read_query(tenant, plan, now, indexed)
+        query = self.read_query(tenant, plan, now, indexed, mode, query_vectors, settings)
         if query is None:
             return Read({}, [], [], False)
         applied = bool(writes) and seal is not None
         if applied:
             assert seal is not None
-            guard = self._guard() if self._searches(plan, indexed)[0] else ""
-            ctes, params = self._write_ctes(tenant, now, writes, (), seal, guard)
-            query = Query(f"{ctes} {query.sql}", {**params, **dict(query.params)}, "all")
+            whole = self._searches(plan, indexed, mode, query_vectors)[0]
+            guard = self._guard() if whole else ""
+            ctes, params = self._write_ctes(tenant, now, writes, (), seal, mode, guard)
+            query = Query(
+                f"{ctes} {query.sql}",
+                {**params, **dict(query.params)},
+                "all",
+                settings=query.settings,
+            )
         if fetched:
             rows = fetched[0]
         else:
@@ -287,11 +346,12 @@ class StoreOps:
         writes: Sequence[core.ItemWrite],
         refreshes: Sequence[core.Refresh],
         seal: Callable[[RecordIdentity, Any], Sealed],
+        mode: VectorMode = EXACT,
     ) -> Query | None:
         """The one statement that applies a batch's deletes, puts and TTL refreshes."""
         if not writes and not refreshes:
             return None
-        ctes, params = self._write_ctes(tenant, now, writes, refreshes, seal)
+        ctes, params = self._write_ctes(tenant, now, writes, refreshes, seal, mode)
         return Query(ctes + " " + _COUNTS, params, "one")
 
     def _write_ctes(
@@ -301,10 +361,12 @@ class StoreOps:
         writes: Sequence[core.ItemWrite],
         refreshes: Sequence[core.Refresh],
         seal: Callable[[RecordIdentity, Any], Sealed],
+        mode: VectorMode = EXACT,
         guard: str = "",
     ) -> tuple[str, dict[str, Any]]:
-        """``WITH del AS (...), ins AS (...), ref AS (...)`` and its parameters (each
-        applied only where ``guard``, an SQL condition, holds: see :meth:`_guard`)."""
+        """``WITH del AS (...), ins AS (...), ref AS (...)`` and its parameters (and the
+        vector table's ``vdel``, ``vins``: ``_store_vectors``), each applied only where
+        ``guard``, an SQL condition, holds: see :meth:`_guard`."""
         s = self._s
         deletes = [w for w in writes if w.value is None]
         puts = [w for w in writes if w.value is not None]
@@ -335,13 +397,17 @@ class StoreOps:
         params["re"] = [r.expires_at for r in refreshes]
         params["ru"] = [r.updated_at for r in refreshes]
         only = f" AND {guard}" if guard else ""
+        params["ix"] = mode.ann
+        vector_ctes, vector_params = self.vectors.write_ctes(mode, puts, only)
+        params.update(vector_params)
         sql = f"""WITH del AS (
     DELETE FROM {s}.store_items i USING unnest(%(dp)s::text[], %(dk)s::text[]) AS d(p, k)
     WHERE i.tenant_id = %(tenant)s AND i.prefix = d.p AND i.key = d.k{only} RETURNING 1
 ), ins AS (
     INSERT INTO {s}.store_items AS i (tenant_id, prefix, key, value_type, value,
-        vectors_type, vectors, created_at, updated_at, ttl_minutes, expires_at)
-    SELECT %(tenant)s, u.p, u.k, u.vt, u.v, u.wt, u.w, %(now)s, %(now)s, u.tt, u.te
+        vectors_type, vectors, created_at, updated_at, ttl_minutes, expires_at, vectors_indexed)
+    SELECT %(tenant)s, u.p, u.k, u.vt, u.v, u.wt, u.w, %(now)s, %(now)s, u.tt, u.te,
+        u.wt <> '' AND %(ix)s
     FROM unnest(%(pp)s::text[], %(pk)s::text[], %(vt)s::text[], %(v)s::bytea[],
                 %(wt)s::text[], %(w)s::bytea[], %(tt)s::float8[], %(te)s::float8[])
         AS u(p, k, vt, v, wt, w, tt, te) WHERE true{only}
@@ -351,7 +417,7 @@ class StoreOps:
         created_at = CASE WHEN i.expires_at IS NOT NULL AND i.expires_at <= excluded.updated_at
                           THEN excluded.created_at ELSE i.created_at END,
         updated_at = excluded.updated_at, ttl_minutes = excluded.ttl_minutes,
-        expires_at = excluded.expires_at
+        expires_at = excluded.expires_at, vectors_indexed = excluded.vectors_indexed
     RETURNING 1
 ), ref AS (
     UPDATE {s}.store_items i SET expires_at = r.e
@@ -361,7 +427,7 @@ class StoreOps:
         AND i.updated_at = r.u AND i.ttl_minutes IS NOT NULL{only}
     RETURNING 1
 )"""
-        return sql, params
+        return sql + vector_ctes, params
 
     def sweep(
         self, now: float, batch: int, tenant: str | None = None

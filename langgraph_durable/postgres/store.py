@@ -34,6 +34,7 @@ from .._store_base import (
 from ..errors import ConfigurationError, DurableError
 from . import _rls
 from ._store import StoreOps
+from ._store_vectors import EXACT, VectorMode, index_settings
 from .saver import AsyncPostgresSaver, PostgresSaver
 
 __all__ = ["PostgresStore", "AsyncPostgresStore"]
@@ -77,6 +78,7 @@ class _PostgresStoreBase(DurableStoreBase):
         pool_timeout: float = 30.0,
         row_level_security: bool = False,
         tenant_signing_key: str | bytes | None = None,
+        clear_vectors: bool = False,
     ) -> None:
         self._init_store(
             tenant=tenant, ttl=ttl, index=index, clock=clock, max_search_items=max_search_items
@@ -97,6 +99,20 @@ class _PostgresStoreBase(DurableStoreBase):
             tenant_signing_key=tenant_signing_key,
         )
         self._store_ops = StoreOps(schema, self.max_search_items)
+        self._vector_index = index_settings(
+            self.index_config, self._saver.encryption is not None, clear_vectors
+        )
+        # setup() finds the vector table; under row-level security (whose application
+        # role does not run setup()) the first batch that needs it looks it up
+        self._vector_mode: VectorMode | None = EXACT
+        if row_level_security and self._vector_index and self._vector_index.wants_table:
+            self._vector_mode = None
+
+    def _vector_setup_op(self) -> Operation[VectorMode]:
+        return Operation(self._store_ops.vectors.setup(self._vector_index), transaction=True)
+
+    def _after_setup(self, mode: VectorMode) -> None:
+        self._vector_mode = mode
 
     @property
     def schema(self) -> str:
@@ -113,9 +129,16 @@ class _PostgresStoreBase(DurableStoreBase):
         tenant, plan, now = batch.tenant, batch.plan, batch.now
         ops, saver = self._store_ops, self._saver
         indexed = self.embeddings is not None
+        distance = self._vector_index.distance_type if self._vector_index else "cosine"
+        # the index's settings go with the tenant's (row-level security), not instead
+        rls = _rls.tenant_settings(saver._ops, tenant) if saver._ops.row_level_security else ()
         fetched: list[Any] = []  # the read's rows, kept if opening them needs a key reload
 
         def steps() -> Generator[Any, Any, list[Result]]:
+            mode = self._vector_mode
+            if mode is None:
+                mode = yield from ops.vectors.detect(self._vector_index)
+                self._after_setup(mode)
             pipeline = saver.pipeline
             writes = core.item_writes(plan, now, batch.by_item)
             # One statement for reads and writes, except under row-level security: there
@@ -124,13 +147,23 @@ class _PostgresStoreBase(DurableStoreBase):
             # back hex-encoded; two statements keep the reads binary.
             along = () if saver._ops.row_level_security else writes
             read = yield from ops.read(
-                tenant, plan, now, pipeline.open, indexed, along, pipeline.seal, fetched
+                tenant,
+                plan,
+                now,
+                pipeline.open,
+                indexed,
+                along,
+                pipeline.seal,
+                fetched,
+                mode,
+                batch.by_query,
+                rls,
             )
             results, refreshes = core.answer(
-                plan, read.found, read.searched, read.namespaces, now, batch.by_query
+                plan, read.found, read.searched, read.namespaces, now, batch.by_query, distance
             )
             left = () if read.wrote else writes
-            query = ops.write_query(tenant, now, left, refreshes, pipeline.seal)
+            query = ops.write_query(tenant, now, left, refreshes, pipeline.seal, mode)
             if query is not None:
                 yield query
             return results
@@ -194,8 +227,16 @@ class PostgresStore(SyncStoreMethods, _PostgresStoreBase):
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``); expired items are never returned, whether
             swept or not.
-        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``): search by
-            meaning, scored exactly (cosine) over the items under the search prefix.
+        index: LangGraph's ``IndexConfig`` (``dims``, ``embed``, ``fields``) with
+            ``PostgresIndexConfig``'s ``distance_type`` (``cosine``, ``l2``,
+            ``inner_product``) and ``ann_index_config`` (``kind`` ``hnsw`` or ``flat``,
+            ``m``, ``ef_construction``, ``vector_type``): search by meaning. Where
+            ``setup()`` finds or creates pgvector, the nearest items come from an HNSW
+            index; elsewhere (and with encryption on, unless ``clear_vectors``) every
+            item under the search prefix is scored exactly (``_store_vectors``).
+        clear_vectors: With encryption on, also store the embeddings in the clear in
+            the vector table, for index search (a vector is a value: the text it
+            embeds can be approximated from it). Off: they stay sealed, search is exact.
         clock: Unix seconds now (tests inject one; default ``time.time``).
         max_search_items: Most items one search that reads every item under its
             prefix (a filter, a query) may read (default 10,000); a search over more
@@ -221,8 +262,11 @@ class PostgresStore(SyncStoreMethods, _PostgresStoreBase):
         self._saver.close()
 
     def setup(self) -> list[int]:
-        """Create or migrate the schema (the saver's migrations, the store's table included)."""
-        return self._saver.setup()  # type: ignore[no-any-return]
+        """Create or migrate the schema (the saver's migrations, the store's table included),
+        and the vector table and index where pgvector is (see ``index``)."""
+        applied = self._saver.setup()
+        self._after_setup(self._saver._run(self._vector_setup_op()))
+        return applied  # type: ignore[no-any-return]
 
     def sweep_expired(self, *, batch: int = 1000) -> int:
         """Delete the current tenant's expired items, ``batch`` rows per statement; the
@@ -310,7 +354,9 @@ class AsyncPostgresStore(AsyncStoreMethods, _PostgresStoreBase):
     async def setup(self) -> list[int]:
         """Create or migrate the schema (see ``PostgresStore.setup``)."""
         self._bind_loop()
-        return await self._saver.setup()  # type: ignore[no-any-return]
+        applied = await self._saver.setup()
+        self._after_setup(await self._saver._arun(self._vector_setup_op()))
+        return applied  # type: ignore[no-any-return]
 
     async def asweep_expired(self, *, batch: int = 1000) -> int:
         """Delete the current tenant's expired items (see ``PostgresStore.sweep_expired``)."""

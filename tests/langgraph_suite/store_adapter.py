@@ -32,10 +32,11 @@ module's ``sleep`` advances that clock instead of waiting.
 
 ``INCOMPATIBLE`` names every test that does not apply to our stores, with the reason;
 they are deselected and listed in the run's summary (``run_store_tests.py``). A test
-run again with another pgvector ``vector_type`` / ``distance_type`` is deselected as a
-duplicate (``SAME_AS``). ``KNOWN_BUGS`` are failures caused by our stores, reported and
-not yet fixed: ``xfail(strict=True)``, so that a fix makes the run fail until the entry
-goes. ``SLOW`` names the load tests, run only when ``LGD_STORE_TESTS_SLOW=1``.
+run again with another pgvector ``vector_type`` (or, but on PostgreSQL,
+``distance_type``) is deselected as a duplicate (``SAME_AS``, ``SAME_AS_PG``).
+``KNOWN_BUGS`` are failures caused by our stores, reported and not yet fixed:
+``xfail(strict=True)``, so that a fix makes the run fail until the entry goes.
+``SLOW`` names the load tests, run only when ``LGD_STORE_TESTS_SLOW=1``.
 Everything else must pass.
 """
 
@@ -141,22 +142,6 @@ INCOMPATIBLE: list[tuple[str, str, tuple[str, ...] | None, dict[str, Any] | None
         for module in ("pg:test_store", "pg:test_async_store")
     ],
     (
-        "pg:test_store",
-        "test_scores",
-        None,
-        {"distance_type": "inner_product"},
-        "IndexConfig distance_type is upstream's pgvector option: our stores score by "
-        "cosine similarity",
-    ),
-    (
-        "pg:test_store",
-        "test_scores",
-        None,
-        {"distance_type": "l2"},
-        "IndexConfig distance_type is upstream's pgvector option: our stores score by "
-        "cosine similarity",
-    ),
-    (
         "pg:test_async_store",
         "test_abatch_uses_single_pool_checkout",
         None,
@@ -179,9 +164,13 @@ INCOMPATIBLE: list[tuple[str, str, tuple[str, ...] | None, dict[str, Any] | None
 # passes, pytest fails the run, and the entry is to be removed.
 KNOWN_BUGS: list[tuple[str, str, tuple[str, ...] | None, str]] = []
 
-# Parameters that select pgvector settings our stores do not have: a test run again
-# with another vector_type or distance_type is the same test for our stores.
+# Parameters that select pgvector settings a backend does not distinguish: a test run
+# again with another vector_type is the same test for our stores (our PostgreSQL store
+# takes halfvec where pgvector has it, 0.7 on), with another distance_type the same
+# test for the Redis and DynamoDB stores (they score by cosine similarity); our
+# PostgreSQL store scores by the distance_type, with or without pgvector.
 SAME_AS = {"vector_type": "vector", "distance_type": "cosine"}
+SAME_AS_PG = {"vector_type": "vector"}
 
 SLOW: list[tuple[str, str, tuple[str, ...] | None, str]] = [
     (
@@ -579,10 +568,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[Any]) -> No
                 reason = f"incompatible: {r_reason}"
         callspec = getattr(item, "callspec", None)
         values = callspec.params if callspec is not None else {}
-        if reason is None and any(k in values and values[k] != v for k, v in SAME_AS.items()):
+        same = SAME_AS_PG if _backend_of(item) == "pg" else SAME_AS
+        if reason is None and any(k in values and values[k] != v for k, v in same.items()):
             reason = (
                 "same test again: vector_type / distance_type are upstream's pgvector "
-                "options, which our stores do not have (it runs with vector / cosine)"
+                "options, which this store does not distinguish (it runs with "
+                + " / ".join(same.values())
+                + ")"
             )
         for b_module, b_name, b_backends, b_reason in KNOWN_BUGS:
             if (b_module, b_name) == (key, name) and _matches(item, b_backends, None):

@@ -60,7 +60,10 @@ def _options(mode: str, **extra: Any) -> dict[str, Any]:
 
 def _rows(pg_url: str, schema: str, tenant: str | None = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        query = sql.SQL("SELECT * FROM {}.store_items").format(sql.Identifier(schema))
+        query = sql.SQL(
+            "SELECT tenant_id, prefix, key, value_type, value, vectors_type, vectors, "
+            "created_at, updated_at, ttl_minutes, expires_at FROM {}.store_items"
+        ).format(sql.Identifier(schema))
         if tenant is None:
             return conn.execute(query).fetchall()
         query = query + sql.SQL(" WHERE tenant_id = %s")

@@ -20,8 +20,10 @@ stores what this module decides:
   ``*`` wildcards, ``max_depth``, sorted, then ``offset``/``limit``;
 - TTL (:func:`expires_at`, :func:`is_live`, :func:`refreshed`): an expired item is
   never returned; a read with ``refresh_ttl`` extends the items it returns;
-- embeddings (:func:`texts_to_embed`, :func:`cosine`): which texts of a put are
-  embedded (``IndexConfig.fields`` or the put's ``index``), exact scoring.
+- embeddings (:func:`texts_to_embed`, :func:`similarity`): which texts of a put are
+  embedded (``IndexConfig.fields`` or the put's ``index``), exact scoring (cosine,
+  l2 or inner product); :func:`ann_candidates`: when a vector index may pick a
+  search's candidates, and how many.
 """
 
 from __future__ import annotations
@@ -44,11 +46,15 @@ from .namespaces import (
     under,
 )
 from .search import (
+    DISTANCE_TYPES,
+    MAX_ANN_CANDIDATES,
     EmbedTask,
+    ann_candidates,
     cosine,
     cut_in_storage,
     index_fields,
     search,
+    similarity,
     texts_to_embed,
     vectors_by_item,
 )
@@ -81,6 +87,10 @@ __all__ = [
     "cosine",
     "covering",
     "cut_in_storage",
+    "ann_candidates",
+    "similarity",
+    "DISTANCE_TYPES",
+    "MAX_ANN_CANDIDATES",
     "under",
     "listing_prefix",
     "index_fields",

@@ -182,6 +182,7 @@ def answer(
     namespaces: Iterable[tuple[str, ...]],
     now: float,
     query_vectors: Mapping[str, Sequence[float]] | None = None,
+    distance_type: str = "cosine",
 ) -> tuple[list[Any], list[Refresh]]:
     """The results of a batch's ops (None for puts) and the expiries its reads refresh.
 
@@ -192,6 +193,7 @@ def answer(
         namespaces: The namespaces that hold live items (for listings).
         now: The time of the batch.
         query_vectors: Each search query's embedding (None or missing: no index).
+        distance_type: How searches score items (``search.similarity``).
     """
     results: list[Any] = [None] * len(plan.ops)
     returned: dict[tuple[tuple[str, ...], str], StoredItem] = {}
@@ -208,7 +210,7 @@ def answer(
         op = plan.ops[i]
         assert isinstance(op, SearchOp)
         vector = (query_vectors or {}).get(op.query) if op.query else None
-        page = search(op, pool, now, vector)
+        page = search(op, pool, now, vector, distance_type)
         results[i] = page
         if op.refresh_ttl and page:
             by_id = {(c.namespace, c.key): c for c in pool}

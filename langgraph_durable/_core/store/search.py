@@ -28,6 +28,26 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb)
 
 
+#: The distance types an index may name (LangGraph's ``PostgresIndexConfig`` names).
+DISTANCE_TYPES = ("cosine", "l2", "inner_product")
+
+
+def similarity(a: Sequence[float], b: Sequence[float], distance_type: str = "cosine") -> float:
+    """The score of ``b`` for query ``a``, higher is closer: cosine similarity
+    (``cosine``), the negated Euclidean distance (``l2``) or the dot product
+    (``inner_product``), as pgvector's operators rank them.
+    """
+    if distance_type == "cosine":
+        return cosine(a, b)
+    if distance_type == "l2":
+        return -math.sqrt(sum((x - y) * (x - y) for x, y in zip(a, b, strict=False)))
+    if distance_type == "inner_product":
+        return sum(x * y for x, y in zip(a, b, strict=False))
+    raise InvalidInputError(
+        f"unknown distance_type {distance_type!r}: use one of {', '.join(DISTANCE_TYPES)}"
+    )
+
+
 def _recency(item: StoredItem) -> tuple[float, str, str]:
     """Newest first; ties by the namespace's text form, then the key, in code-point order
     (what a backend's ``ORDER BY updated_at DESC, prefix, key`` under the C collation
@@ -40,6 +60,7 @@ def search(
     candidates: Iterable[StoredItem],
     now: float,
     query_vector: Sequence[float] | None = None,
+    distance_type: str = "cosine",
 ) -> list[SearchItem]:
     """The result of one search over ``candidates`` (items a backend read under a prefix
     that covers ``op.namespace_prefix``; expired and out-of-prefix ones are dropped here).
@@ -63,7 +84,7 @@ def search(
     scoreless: list[StoredItem] = []
     for c in kept:
         if c.vectors:
-            best = max(cosine(query_vector, v) for v in c.vectors.values())
+            best = max(similarity(query_vector, v, distance_type) for v in c.vectors.values())
             scored.append((best, c))
         else:
             scoreless.append(c)
@@ -83,6 +104,29 @@ def cut_in_storage(op: SearchOp, indexed: bool) -> int | None:
     if op.filter or (indexed and op.query):
         return None
     return op.offset + op.limit
+
+
+#: The most candidate vectors an index search asks for (pgvector's ``hnsw.ef_search``
+#: cannot go higher); a search that would need more is scored exactly.
+MAX_ANN_CANDIDATES = 1000
+
+
+def ann_candidates(op: SearchOp, ann: bool, vectors_per_item: int = 1) -> int | None:
+    """How many nearest vectors a search asks a vector index for, when an index may
+    choose its candidates; else None (the search reads every item under its prefix).
+
+    Only a search with a query and no filter (a filter needs the opened values) on a
+    store whose vectors are indexed (``ann``): twice the ``offset + limit`` items'
+    vectors (``vectors_per_item`` each), so that exact scoring of the candidates
+    still finds the nearest items when the index's order is approximate. None when
+    that is more than :data:`MAX_ANN_CANDIDATES`.
+    """
+    if not ann or not op.query or op.filter:
+        return None
+    wanted = (op.offset + op.limit) * max(1, vectors_per_item) * 2
+    if wanted > MAX_ANN_CANDIDATES:
+        return None
+    return max(1, wanted)
 
 
 # ---- embeddings --------------------------------------------------------------
