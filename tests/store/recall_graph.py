@@ -20,7 +20,7 @@ in child processes) and ``test_dev_server.py`` (the LangGraph dev server loads
 The child (:func:`main`) runs one phase on one backend: ``write`` opens the backend's
 *sync* saver and store (``from_conn_string``, encryption from ``LGD_KEYRING``) and runs
 thread 1 of the graph and of the agent; ``recall`` opens the *async* Agent Server
-factories (``langgraph_durable.<backend>.server.checkpointer`` and ``:store``, from the
+factories (``langgraph_durable.<backend>.server.checkpointer`` and ``.store``, from the
 environment alone) and runs thread 2 of each; it prints one JSON line.
 """
 

@@ -1,8 +1,7 @@
 """Memory through the LangGraph dev server (``langgraph dev``) with our factories, across a restart.
 
-Runs only where the dev server is installed (``langgraph-cli[inmem]``: the packages
-``langgraph_cli``, ``langgraph_api`` and ``langgraph_runtime_inmem``), in this
-interpreter or in a Python of its own (:func:`server_python`). On each backend,
+The dev server (``langgraph-cli[inmem]``) is a test dependency; it runs in this
+interpreter, or in the Python ``LGD_DEV_SERVER_PYTHON`` names. On each backend,
 encryption on (``LGD_KEYRING``):
 
 * a ``langgraph.json`` in a temporary folder names our checkpointer and store factories
@@ -17,14 +16,13 @@ encryption on (``LGD_KEYRING``):
 
 The factories are named in the dotted form ``langgraph_durable.<backend>.server.store``:
 the server's loaders split a non-file path at its last ``.``, so the colon form
-(``...server.store``) is not found by them
+(``...server:store``) is not found by them
 (``test_the_server_loads_the_dotted_form_not_the_colon_form``).
 """
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import signal
@@ -50,35 +48,15 @@ ROOT = Path(__file__).resolve().parents[2]
 GRAPH_FILE = ROOT / "tests" / "store" / "recall_graph.py"
 TENANT = "acme"
 START_TIMEOUT = 90.0
-#: A virtualenv of its own for the dev server (see ``server_python``).
-DEV_SERVER_VENV = ROOT / ".lgd" / "dev-server"
 
 
-def server_python() -> str | None:
-    """The Python that runs ``langgraph dev``: ``LGD_DEV_SERVER_PYTHON``, else the
-    virtualenv ``.lgd/dev-server`` when it exists, else this interpreter when it has the
-    dev server (``langgraph-cli[inmem]``), else None (the tests are skipped)."""
-    named = os.environ.get("LGD_DEV_SERVER_PYTHON", "").strip()
-    if named:
-        return named
-    for candidate in (
-        DEV_SERVER_VENV / "bin" / "python",
-        DEV_SERVER_VENV / "Scripts" / "python.exe",
-    ):
-        if candidate.exists():
-            return str(candidate)
-    wanted = ("langgraph_cli", "langgraph_api", "langgraph_runtime_inmem")
-    if all(importlib.util.find_spec(name) is not None for name in wanted):
-        return sys.executable
-    return None
+def server_python() -> str:
+    """The Python that runs ``langgraph dev``: ``LGD_DEV_SERVER_PYTHON``, else this
+    interpreter (the test dependencies include ``langgraph-cli[inmem]``)."""
+    return os.environ.get("LGD_DEV_SERVER_PYTHON", "").strip() or sys.executable
 
 
 SERVER_PYTHON = server_python()
-pytestmark = pytest.mark.skipif(
-    SERVER_PYTHON is None,
-    reason="no LangGraph dev server: langgraph-cli[inmem] is not installed here, there is no "
-    ".lgd/dev-server virtualenv and LGD_DEV_SERVER_PYTHON is unset",
-)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -234,7 +212,7 @@ print(json.dumps(found))
 
 def test_the_server_loads_the_dotted_form_not_the_colon_form() -> None:
     """The server's loaders split ``module.attribute`` at the last ``.``: the colon form
-    (``...server.store``, the one the graph loader takes) is not found."""
+    (``...server:store``, the one the graph loader takes) is not found."""
     env = dict(os.environ, REDIS_URI="fake", DATABASE_URI=":memory:", MIGRATIONS_PATH="__inmem")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     assert SERVER_PYTHON is not None

@@ -6,7 +6,7 @@ On each backend, encryption on (``LGD_KEYRING``), with ``tests/store/recall_grap
   thread 1 of a ``StateGraph`` node (``get_store().put``) and of a ``create_agent`` tool
   (``runtime.store.put``): each remembers a fact about the user and an unrelated decoy;
 * process B, started after A exited, opens the Agent Server factories
-  (``langgraph_durable.<backend>.server.checkpointer`` and ``:store``, from the
+  (``langgraph_durable.<backend>.server.checkpointer`` and ``.store``, from the
   environment alone, as ``langgraph.json`` would) and runs new threads whose node and tool
   search with paraphrased queries (no content word in common with the memory): the
   memory comes first, the decoy after it with a lower score, and the other query ranks
