@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -251,6 +251,33 @@ def _count(store: Any, namespace: tuple[str, ...]) -> int:
             return count
 
 
+def _counted(store: Any) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """A store's count and counted delete under a prefix (``()``: the tenant's every item),
+    each returning the items per namespace, when it has them (DynamoDB); else None.
+
+    The delete fills the dict it is given as it goes (a failure still tells what was
+    deleted before it). Until ``DynamoDBStore`` has them as methods, they are its
+    operations run by its saver.
+    """
+    module = sys.modules.get("langgraph_durable.dynamodb.store")  # loaded if it is one
+    if module is None or not isinstance(store, module.DynamoDBStore):
+        return None
+    ops, saver = store._store_ops, store._saver
+    from langgraph_durable._core.sansio import Operation
+
+    tenant = store.tenant
+
+    def count(prefix: tuple[str, ...]) -> dict[tuple[str, ...], int]:
+        return saver._run(Operation(ops.count_under(tenant, prefix, float(store._clock()))))  # type: ignore[no-any-return]
+
+    def delete(
+        prefix: tuple[str, ...], counts: dict[tuple[str, ...], int]
+    ) -> dict[tuple[str, ...], int]:
+        return saver._run(Operation(ops.forget_under(tenant, prefix, counts)))  # type: ignore[no-any-return]
+
+    return count, delete
+
+
 def _deepest_first(namespaces: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return sorted(set(namespaces), key=lambda ns: (-len(ns), ns))
 
@@ -281,7 +308,16 @@ def forget(
     """
     started = time.monotonic()
     report = report if report is not None else ForgetReport(tenant, prefix, dry_run)
-    if dry_run:
+    counted = _counted(store)
+    if counted is not None:  # one pass over the tenant's index, not one call per namespace
+        count, delete = counted
+        found: dict[tuple[str, ...], int] = {}
+        try:
+            found = count(prefix or ()) if dry_run else delete(prefix or (), found)
+        finally:
+            for namespace, n in sorted(found.items()):
+                report.add(namespace, n)
+    elif dry_run:
         for namespace in _deepest_first(_namespaces(store, prefix)):
             report.add(namespace, _count(store, namespace))
     else:
