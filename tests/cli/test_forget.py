@@ -231,11 +231,8 @@ def _tenant_rows(dynamo: Any, tenant: str = TENANT) -> list[dict[str, Any]]:
     """The raw rows of a tenant's store: its items (``<tenant>##s#...``) and index items."""
     from tests.dynamodb.helpers import raw_items as table_rows
 
-    return [
-        row
-        for row in table_rows(dynamo.client, dynamo.table)
-        if row["pk"]["S"].startswith(f"{tenant}##")
-    ]
+    rows = table_rows(dynamo.client, dynamo.table)
+    return [r for r in rows if r["pk"]["S"].startswith((f"{tenant}##s#", f"{tenant}##n"))]
 
 
 def test_dynamodb_forget_calls_do_not_grow_with_the_namespaces(dynamo: Any) -> None:
@@ -357,3 +354,13 @@ def test_dynamodb_forget_splits_an_index_item_of_many_keys_over_transactions() -
             else:
                 assert action["Delete"]["ConditionExpression"] == "#ver = :ver"
     assert sorted(k for p in parts if p.namespace == ("a",) for k in p.keys) == sorted(big)
+
+
+def test_dynamodb_counts_and_deletes_encrypted_items_without_the_keyring(dynamo: Any) -> None:
+    from tests.encryption_helpers import local_encryption
+
+    dynamo.store(encryption=local_encryption()).put(("users", "u1"), "k", {"text": "secret"})
+    keyless = dynamo.store()  # the index alone is read: no value is opened
+    assert forget(keyless, None, TENANT, None, [], dry_run=True).namespaces == {("users", "u1"): 1}
+    assert forget(keyless, None, TENANT, ("users",), []).namespaces == {("users", "u1"): 1}
+    assert _tenant_rows(dynamo) == []
