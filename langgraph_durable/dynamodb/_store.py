@@ -129,6 +129,27 @@ class _Part:
     kept: bool = False
 
 
+#: Keys of one index item a forget transaction deletes at most (with the index item: 100).
+_PART_KEYS = TRANSACTION_ITEMS - 1
+
+
+def _forget_transactions(parts: Sequence[_Part]) -> list[list[_Part]]:
+    """Parts packed in transactions of at most 100 actions, in order (a part never split)."""
+    out: list[list[_Part]] = []
+    current: list[_Part] = []
+    used = 0
+    for part in parts:
+        size = len(part.keys) + (part.index_key is not None)
+        if current and used + size > TRANSACTION_ITEMS:
+            out.append(current)
+            current, used = [], 0
+        current.append(part)
+        used += size
+    if current:
+        out.append(current)
+    return out
+
+
 class StoreOps:
     """The store's reads and writes on the saver's table.
 
@@ -566,14 +587,16 @@ class StoreOps:
                     for i, reason in enumerate(exc.reasons)
                     if reason == "ConditionalCheckFailed" and i < len(owners)
                 ]
-                if not failed:
-                    raise
+                changed = False
                 for part, key in failed:
-                    if key is None:
-                        part.kept = True
-                    else:
+                    if key is None and not part.kept:
+                        part.kept = changed = True
+                    elif key is not None and key in part.keys:
                         part.keys.remove(key)
                         part.entries.discard(key)
+                        changed = True
+                if not changed:  # no condition of ours failed: not ours to drop
+                    raise
 
     # ---- deleting a namespace --------------------------------------------------------
 
@@ -622,27 +645,6 @@ class StoreOps:
             ]
         )
         return None
-
-
-#: Keys of one index item a forget transaction deletes at most (with the index item: 100).
-_PART_KEYS = TRANSACTION_ITEMS - 1
-
-
-def _forget_transactions(parts: Sequence[_Part]) -> list[list[_Part]]:
-    """Parts packed in transactions of at most 100 actions, in order (a part never split)."""
-    out: list[list[_Part]] = []
-    current: list[_Part] = []
-    used = 0
-    for part in parts:
-        size = len(part.keys) + (part.index_key is not None)
-        if current and used + size > TRANSACTION_ITEMS:
-            out.append(current)
-            current, used = [], 0
-        current.append(part)
-        used += size
-    if current:
-        out.append(current)
-    return out
 
 
 def _no_seal(_identity: RecordIdentity, _value: Any) -> Sealed:  # pragma: no cover - unused
