@@ -5,15 +5,23 @@ given as ``--namespace a/b``) and, with ``--thread``, those threads of the tenan
 (checkpoints, writes, effect journal: the saver's ``delete_thread``), and reports
 what it removed: items per namespace, and which of the asked threads existed.
 
-How: the tenant's namespaces are listed (``list_namespaces``) and deleted deepest
-first with ``delete_namespace``, so each count is the items of exactly that
-namespace; with ``--namespace`` a last ``delete_namespace`` of the prefix itself
-takes what the listing did not show (items put meanwhile, or already expired and
-not yet swept). Namespaces put while it runs are found by a second listing. A
-dry run counts the items it would remove by reading them (``search``, which
-needs the keyring when values are encrypted: ``LGD_KEYRING`` / ``LGD_KMS_KEY_ID``)
-and changes nothing; items already expired are not counted (they are never
-returned; the next ``prune`` sweeps them).
+How (PostgreSQL, Redis): the tenant's namespaces are listed (``list_namespaces``)
+and deleted deepest first with ``delete_namespace``, so each count is the items of
+exactly that namespace; with ``--namespace`` a last ``delete_namespace`` of the
+prefix itself takes what the listing did not show (items put meanwhile, or already
+expired and not yet swept). Namespaces put while it runs are found by a second
+listing. A dry run counts the items it would remove by reading them (``search``,
+which needs the keyring when values are encrypted: ``LGD_KEYRING`` /
+``LGD_KMS_KEY_ID``) and changes nothing; items already expired are not counted
+(they are never returned; the next ``prune`` sweeps them).
+
+How (DynamoDB): one pass over the tenant's namespace index under the prefix (a
+paged Query, whatever the number of namespaces), then transactions of 100
+actions deleting the items with their index items, each item counted in its
+namespace only if it was still stored; passes repeat until the index holds
+nothing under the prefix (items put meanwhile go too). Expired items still stored
+go too. A dry run counts the live entries of the index (one Query; no item is
+read, so no keyring is needed).
 
 Exit codes: 0 done (also when there was nothing to remove), 2 bad usage (an empty
 tenant, a namespace with an empty label or a ``.`` in a label, no storage), 1 an
@@ -27,7 +35,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -65,8 +73,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
             "The deletion endpoint: remove every store item of --tenant (or only those "
             "under --namespace a/b) and, with --thread, those threads of the tenant, and "
             "report what was removed (items per namespace, threads). --dry-run reports "
-            "what a run would remove and changes nothing (counting reads the items: "
-            "encrypted values need $LGD_KEYRING or $LGD_KMS_KEY_ID). Exit codes: 0 done, "
+            "what a run would remove and changes nothing (on PostgreSQL and Redis counting "
+            "reads the items: encrypted values need $LGD_KEYRING or $LGD_KMS_KEY_ID). "
+            "Exit codes: 0 done, "
             "2 bad usage, 1 error of the store."
         ),
     )
@@ -251,6 +260,20 @@ def _count(store: Any, namespace: tuple[str, ...]) -> int:
             return count
 
 
+def _counted(store: Any) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """A store's count and counted delete under a prefix (``()``: the tenant's every item),
+    each returning the items per namespace, when it has them (DynamoDB: one pass over the
+    tenant's namespace index); else None.
+
+    The delete fills the dict it is given as it goes (a failure still tells what was
+    deleted before it).
+    """
+    count, delete = getattr(store, "_count_under", None), getattr(store, "_forget_under", None)
+    if count is None or delete is None:
+        return None
+    return count, delete
+
+
 def _deepest_first(namespaces: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return sorted(set(namespaces), key=lambda ns: (-len(ns), ns))
 
@@ -281,7 +304,16 @@ def forget(
     """
     started = time.monotonic()
     report = report if report is not None else ForgetReport(tenant, prefix, dry_run)
-    if dry_run:
+    counted = _counted(store)
+    if counted is not None:  # one pass over the tenant's index, not one call per namespace
+        count, delete = counted
+        found: dict[tuple[str, ...], int] = {}
+        try:
+            found = count(prefix or ()) if dry_run else delete(prefix or (), found)
+        finally:
+            for namespace, n in sorted(found.items()):
+                report.add(namespace, n)
+    elif dry_run:
         for namespace in _deepest_first(_namespaces(store, prefix)):
             report.add(namespace, _count(store, namespace))
     else:

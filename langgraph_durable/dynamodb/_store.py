@@ -29,8 +29,10 @@ from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
 from ._calls import OpsBase, TransactionCanceledError, new_token
 from ._items import TRANSACTION_ITEMS, N, S
 from ._store_keys import (
+    DROPPED,
     entry_name,
     entry_value,
+    index_keys,
     index_pk,
     index_prefix,
     index_sk,
@@ -39,6 +41,7 @@ from ._store_keys import (
     item_update,
     key_of_entry,
     key_of_sk,
+    live_counts,
     live_namespaces,
     namespace_of_index_sk,
     shard_of,
@@ -46,12 +49,15 @@ from ._store_keys import (
     stored_item,
 )
 
-__all__ = ["StoreOps", "Read", "DEFAULT_MAX_SEARCH_ITEMS"]
+__all__ = ["StoreOps", "Read", "DEFAULT_MAX_SEARCH_ITEMS", "FORGET_PASSES"]
 
 #: Expired entries one update removes from an index item (its expressions stay < 4 KB).
 _STALE_PER_UPDATE = 100
 #: Bytes of one transaction's actions we allow (DynamoDB's limit is 4 MB).
 _TRANSACTION_BUDGET = 3_800_000
+#: Passes of ``forget_under`` (each one Query of the index, then the deletes): items put
+#: under the prefix while it runs are found by the next pass.
+FORGET_PASSES = 3
 
 Open = Callable[[RecordIdentity, Sealed], Any]
 Seal = Callable[[RecordIdentity, Any], Sealed]
@@ -91,6 +97,55 @@ class _Unit:
     @property
     def group(self) -> tuple[tuple[str, ...], int]:
         return (self.namespace, shard_of(self.key))
+
+
+@dataclass
+class _Part:
+    """Items of one index item to delete in one transaction, with that index item.
+
+    Attributes:
+        namespace: Their namespace.
+        index_key: The index item's key, or None when none was read (only items
+            stored with no entry: their index item is gone).
+        keys: The item keys (each is deleted only while it exists: the counts are of
+            items deleted, not of entries).
+        entries: Of ``keys``, those the index item holds an entry for.
+        expect: When this is the index item's last part, its ``ver`` as it will be
+            (``None``: it has none), and it is deleted under that condition; else None
+            and the entries of ``keys`` are removed (``ver`` raised).
+        last: Whether this is the index item's last part.
+        kept: The index item changed since it was read (a put meanwhile): its entries
+            of ``keys`` are removed, the item itself stays.
+    """
+
+    namespace: tuple[str, ...]
+    index_key: dict[str, Any] | None
+    keys: list[str]
+    entries: set[str]
+    expect: int | None = None
+    last: bool = True
+    kept: bool = False
+
+
+#: Keys of one index item a forget transaction deletes at most (with the index item: 100).
+_PART_KEYS = TRANSACTION_ITEMS - 1
+
+
+def _forget_transactions(parts: Sequence[_Part]) -> list[list[_Part]]:
+    """Parts packed in transactions of at most 100 actions, in order (a part never split)."""
+    out: list[list[_Part]] = []
+    current: list[_Part] = []
+    used = 0
+    for part in parts:
+        size = len(part.keys) + (part.index_key is not None)
+        if current and used + size > TRANSACTION_ITEMS:
+            out.append(current)
+            current, used = [], 0
+        current.append(part)
+        used += size
+    if current:
+        out.append(current)
+    return out
 
 
 class StoreOps:
@@ -330,21 +385,25 @@ class StoreOps:
     def drop_stale(self, stale: dict[tuple[str, str], dict[str, Any]]) -> Generator[Any, Any, None]:
         """Remove the index entries of expired items a read saw, each index item's while
         they are as read (a put meanwhile keeps its entry): conditional updates, 100 per
-        TransactWriteItems, a failed condition drops its index item until a later read."""
+        TransactWriteItems, a failed condition drops its index item until a later read.
+        The index item counts them in ``dx``: until DynamoDB's TTL deletes their items,
+        those are stored with no entry, which deleting the namespace looks for."""
         actions = []
         for (pk, sk), entries in stale.items():
             chosen = list(entries.items())[:_STALE_PER_UPDATE]
             names = {f"#e{i}": name for i, (name, _) in enumerate(chosen)}
             values = {f":e{i}": value for i, (_, value) in enumerate(chosen)}
+            condition = " AND ".join(f"{n} = :{n[1:]}" for n in names)
             actions.append(
                 {
                     "Update": {
                         "TableName": self.table,
                         "Key": {"pk": S(pk), "sk": S(sk)},
-                        "UpdateExpression": "REMOVE " + ", ".join(names),
-                        "ConditionExpression": " AND ".join(f"{n} = :{n[1:]}" for n in names),
-                        "ExpressionAttributeNames": names,
-                        "ExpressionAttributeValues": values,
+                        # dx: their items may still be stored (see forget_under)
+                        "UpdateExpression": "REMOVE " + ", ".join(names) + " ADD #dx :dx",
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeNames": {**names, "#dx": DROPPED},
+                        "ExpressionAttributeValues": {**values, ":dx": N(len(chosen))},
                     }
                 }
             )
@@ -384,6 +443,189 @@ class StoreOps:
         for chunk in self._transactions(tenant, units):
             swept += yield from self._transact(tenant, chunk)
         return swept
+
+    # ---- forgetting: every item under a prefix, counted -------------------------------
+
+    def count_under(
+        self, tenant: str, prefix: tuple[str, ...], now: float
+    ) -> Generator[Any, Any, dict[tuple[str, ...], int]]:
+        """The live items of ``tenant`` under ``prefix`` (``()``: all), per namespace, from
+        the namespace index alone: one paged Query, no item read or opened."""
+        index = yield from self._index(tenant, [prefix])
+        return live_counts(index, now)
+
+    def forget_under(
+        self,
+        tenant: str,
+        prefix: tuple[str, ...],
+        counts: dict[tuple[str, ...], int] | None = None,
+        passes: int = FORGET_PASSES,
+    ) -> Generator[Any, Any, dict[tuple[str, ...], int]]:
+        """Delete every item of ``tenant`` under ``prefix`` (``()``: all) and the index
+        items of their namespaces; the items deleted per namespace.
+
+        A pass is one paged Query of the tenant's namespace index under the prefix (every
+        stored key has its entry there, written with it; a namespace whose index items say
+        a read dropped entries of expired items, ``dx``, also has its partition read, as
+        those items may still be stored), then TransactWriteItems of up to 100 actions:
+        the items, each deleted only while it exists (an entry whose item DynamoDB's TTL
+        deleted counts nothing), with their index item, deleted while its ``ver`` is as
+        read (a put meanwhile keeps it: only the entries read are removed). Passes repeat
+        (at most ``passes``) until the Query finds nothing: items put meanwhile go too.
+
+        Args:
+            tenant: The tenant.
+            prefix: The namespace prefix.
+            counts: Filled as each transaction is applied (so a failure still tells
+                what was deleted before it).
+            passes: Passes at most.
+        """
+        counts = {} if counts is None else counts
+        for _ in range(passes):
+            index = yield from self._index(tenant, [prefix])
+            if not index:
+                break
+            parts = yield from self._forget_parts(tenant, index)
+            for chunk in _forget_transactions(parts):
+                yield from self._forget_transaction(tenant, chunk)
+                for part in chunk:
+                    if part.keys:
+                        counts[part.namespace] = counts.get(part.namespace, 0) + len(part.keys)
+        return counts
+
+    def _forget_parts(
+        self, tenant: str, index: list[dict[str, Any]]
+    ) -> Generator[Any, Any, list[_Part]]:
+        """What a pass deletes, per index item (split in parts of at most 99 keys)."""
+        groups: dict[tuple[tuple[str, ...], int], _Part] = {}
+        dropped: set[tuple[str, ...]] = set()
+        versions: dict[tuple[tuple[str, ...], int], int | None] = {}
+        for item in index:
+            ns = namespace_of_index_sk(item["sk"]["S"])
+            shard = int(item["sk"]["S"].rsplit("!", 1)[1], 16)
+            keys = index_keys(item)
+            groups[(ns, shard)] = _Part(ns, {"pk": item["pk"], "sk": item["sk"]}, keys, set(keys))
+            versions[(ns, shard)] = int(item["ver"]["N"]) if "ver" in item else None
+            if DROPPED in item:
+                dropped.add(ns)
+        for ns in sorted(dropped):  # items whose entries a read dropped: their partition
+            stored = yield from self.calls._query_all(item_pk(tenant, ns), projection=("sk",))
+            for found in stored:
+                key = key_of_sk(found["sk"]["S"])
+                group = groups.setdefault((ns, shard_of(key)), _Part(ns, None, [], set()))
+                if key not in group.entries:
+                    group.keys.append(key)
+        parts: list[_Part] = []
+        for where, group in sorted(groups.items()):
+            keys = group.keys
+            pieces = [keys[i : i + _PART_KEYS] for i in range(0, len(keys), _PART_KEYS)] or [[]]
+            version = versions.get(where)
+            for n, piece in enumerate(pieces):
+                last = n == len(pieces) - 1
+                expect = None
+                if last and group.index_key is not None:
+                    expect = (version or 0) + n if (version is not None or n) else None
+                parts.append(
+                    _Part(
+                        group.namespace,
+                        group.index_key,
+                        piece,
+                        group.entries & set(piece),
+                        expect,
+                        last,
+                    )
+                )
+        return parts
+
+    def _forget_actions(
+        self, tenant: str, chunk: Sequence[_Part]
+    ) -> tuple[list[dict[str, Any]], list[tuple[_Part, str | None]]]:
+        """One transaction's actions, and per action its part and key (None: the index item)."""
+        actions: list[dict[str, Any]] = []
+        owners: list[tuple[_Part, str | None]] = []
+        for part in chunk:
+            for key in part.keys:
+                actions.append(
+                    {
+                        "Delete": {
+                            "TableName": self.table,
+                            "Key": self._key(tenant, part.namespace, key),
+                            "ConditionExpression": "attribute_exists(#sk)",
+                            "ExpressionAttributeNames": {"#sk": "sk"},
+                        }
+                    }
+                )
+                owners.append((part, key))
+            if part.index_key is None:
+                continue
+            owners.append((part, None))
+            if part.last and not part.kept:
+                names = {"#ver": "ver"}
+                if part.expect is None:
+                    condition: dict[str, Any] = {
+                        "ConditionExpression": "attribute_not_exists(#ver)"
+                    }
+                else:
+                    condition = {
+                        "ConditionExpression": "#ver = :ver",
+                        "ExpressionAttributeValues": {":ver": N(part.expect)},
+                    }
+                actions.append(
+                    {
+                        "Delete": {
+                            "TableName": self.table,
+                            "Key": part.index_key,
+                            "ExpressionAttributeNames": names,
+                            **condition,
+                        }
+                    }
+                )
+                continue
+            entries = sorted(part.entries)
+            names = {"#ver": "ver", **{f"#e{i}": entry_name(k) for i, k in enumerate(entries)}}
+            expr = (
+                "REMOVE " + ", ".join(list(names)[1:]) + " " if entries else ""
+            ) + "ADD #ver :one"
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": part.index_key,
+                        "UpdateExpression": expr,
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": {":one": N(1)},
+                    }
+                }
+            )
+        return actions, owners
+
+    def _forget_transaction(self, tenant: str, chunk: Sequence[_Part]) -> Generator[Any, Any, None]:
+        """Apply one transaction of a pass: items already gone are dropped from it (and
+        from the counts), an index item changed meanwhile is kept (its entries read go)."""
+        while True:
+            actions, owners = self._forget_actions(tenant, chunk)
+            if not actions:
+                return None
+            params = {"TransactItems": actions, "ClientRequestToken": new_token()}
+            try:
+                yield from self.calls._call("transact_write_items", params)
+                return None
+            except TransactionCanceledError as exc:
+                failed = [
+                    owners[i]
+                    for i, reason in enumerate(exc.reasons)
+                    if reason == "ConditionalCheckFailed" and i < len(owners)
+                ]
+                changed = False
+                for part, key in failed:
+                    if key is None and not part.kept:
+                        part.kept = changed = True
+                    elif key is not None and key in part.keys:
+                        part.keys.remove(key)
+                        part.entries.discard(key)
+                        changed = True
+                if not changed:  # no condition of ours failed: not ours to drop
+                    raise
 
     # ---- deleting a namespace --------------------------------------------------------
 

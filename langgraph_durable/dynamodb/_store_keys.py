@@ -20,6 +20,9 @@ tenant's or another namespace's items:
   namespaces a search reads are one Query of that partition (``begins_with`` on
   the prefix), never a Scan; an item and its index entry change in one
   transaction, so a namespace is listed exactly while one of its items lives.
+  An index item from which a read dropped the entries of expired items carries
+  ``dx`` (how many it dropped): those items may still be stored until DynamoDB's
+  TTL deletes them, so deleting the namespace reads its partition too.
 
 The index sort keys start with ``n#`` and the item sort keys with ``k#``, which no
 saver scan (``c#``, ``b#``, ``e#``, ``h``) selects.
@@ -58,6 +61,9 @@ __all__ = [
     "key_of_sk",
     "entry_value",
     "live_entries",
+    "DROPPED",
+    "index_keys",
+    "live_counts",
 ]
 
 #: Index items per namespace (a key's entry goes to one, by a hash of the key). A
@@ -73,6 +79,8 @@ _ITEM_SK = "k#"
 _INDEX_SK = "n#"
 _SHARD_MARK = "!"  # escaped labels hold no "!" (enc escapes every character up to "#")
 _ENTRY = "k"
+#: The index item attribute counting the entries of expired items a read dropped.
+DROPPED = "dx"
 
 
 def _labels(namespace: Iterable[str]) -> str:
@@ -193,6 +201,23 @@ def live_namespaces(index_items: Iterable[Mapping[str, Any]], now: float) -> lis
         if ns not in found and live_entries(item, now):
             found.add(ns)
     return sorted(found)
+
+
+def index_keys(item: Mapping[str, Any]) -> list[str]:
+    """The keys an index item holds entries for, live or not."""
+    return [key for key in map(key_of_entry, item) if key is not None]
+
+
+def live_counts(index_items: Iterable[Mapping[str, Any]], now: float) -> dict[tuple[str, ...], int]:
+    """Per namespace the entries that live at ``now`` (an item's entry is written with it:
+    the live items), for the namespaces holding any."""
+    counts: dict[tuple[str, ...], int] = {}
+    for item in index_items:
+        live = len(live_entries(item, now))
+        if live:
+            ns = namespace_of_index_sk(item["sk"]["S"])
+            counts[ns] = counts.get(ns, 0) + live
+    return counts
 
 
 # ---- values ------------------------------------------------------------------------

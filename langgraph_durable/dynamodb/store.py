@@ -189,6 +189,20 @@ class DynamoDBStore(SyncStoreMethods, _DynamoDBStoreBase):
         """Create the table (and enable its TTL when the store has a ``ttl``), or check them."""
         return self._saver.setup()  # type: ignore[no-any-return]
 
+    def _count_under(self, prefix: tuple[str, ...]) -> dict[tuple[str, ...], int]:
+        """The current tenant's live items under ``prefix`` (``()``: all) per namespace,
+        from the namespace index alone (``forget --dry-run``; no item is opened)."""
+        steps = self._store_ops.count_under(self.tenant, prefix, self._now())
+        return self._run(Operation(steps))  # type: ignore[no-any-return]
+
+    def _forget_under(
+        self, prefix: tuple[str, ...], counts: dict[tuple[str, ...], int]
+    ) -> dict[tuple[str, ...], int]:
+        """Delete the current tenant's items under ``prefix`` (``()``: all) in one pass
+        over its namespace index (``forget``); ``counts`` is filled as it goes."""
+        steps = self._store_ops.forget_under(self.tenant, prefix, counts)
+        return self._run(Operation(steps))  # type: ignore[no-any-return]
+
 
 class AsyncDynamoDBStore(AsyncStoreMethods, _DynamoDBStoreBase):
     """A LangGraph store on DynamoDB (asyncio); arguments as :class:`DynamoDBStore`.
