@@ -41,6 +41,7 @@ __all__ = [
     "taken_over",
     "done_entry",
     "no_takeover",
+    "releasable",
     "audit_entry",
     "Decision",
     "decide",
@@ -278,6 +279,20 @@ def done_entry(entry: StoredEffect, token: int, outcome: str) -> StoredEffect:
     return dataclasses.replace(
         entry, state=DONE, token=int(token), attempt=int(token), outcome=outcome
     )
+
+
+def releasable(token: int) -> bool:
+    """Whether a claim held under ``token`` is deleted when its execution stops without a
+    result the journal keeps (a transient error, an interrupt, a failed read before the
+    effect ran), so that the next call runs the effect as a first attempt.
+
+    Only a first claim (token 1): the entry came into being with it, so nothing else ran
+    under it. A claim taken over (token > 1) follows an execution that never recorded a
+    result and may have happened: deleting the entry would forget it, and the next call
+    would run the effect again as attempt 1, unknown to ``on_ambiguous``. That claim is
+    kept instead; once its lease runs out the next call takes it over (attempt + 1).
+    """
+    return int(token) == 1
 
 
 def audit_entry(chain: Any, tenant: str, thread: str, entry: StoredEffect) -> str | None:

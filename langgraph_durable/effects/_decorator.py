@@ -52,8 +52,10 @@ def idempotent(
         wait: How long a second execution waits for another's claim (default: until
             the holder's lease ends, at most twice ``lease``).
         transient: Errors that are not recorded (the claim is released and the
-            next execution runs again): exception types or a predicate;
-            default :func:`default_transient`.
+            next execution runs again; a claim taken over from an execution that
+            never recorded a result is kept, so the next one runs once its lease
+            ends, as attempt + 1): exception types or a predicate; default
+            :func:`default_transient`.
         journal: A saver (or ``EffectJournal``) to journal in, instead of the
             running graph's checkpointer.
         replay_errors: Exception classes of your own that a recorded error of

@@ -24,6 +24,7 @@ from .._core.effects import (
     StoredEffect,
     decide,
     downstream_key,
+    releasable,
 )
 from .._core.sansio import Operation, Sleep
 from .._saver import DurableSaverBase, OpenedEffect
@@ -379,8 +380,10 @@ def effect_flow(
                     if not (yield from _on_another_branch(plan, original, clock)):
                         original = None  # the same call earlier in this branch: a new effect
             except Exception:
-                # nothing ran: give the claim back, so the next run looks again
-                yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
+                # nothing ran under this claim: give it back, so the next run looks again
+                # (a claim taken over stays: the execution before it may have happened)
+                if releasable(token):
+                    yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
                 raise
             if original is not None and original.entry.state == DONE:
                 # the call this replay repeats: record its result here too, so a
@@ -425,7 +428,8 @@ def effect_flow(
         if not isinstance(error, Exception):
             raise error  # cancelled or interrupted: the claim stays (ambiguous once it expires)
         if _bubbles(error) or policy.transient(error):
-            yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
+            if releasable(token):  # a claim taken over stays (see releasable)
+                yield RunOp(saver._effect_delete_op(tenant, thread, effect_id, token))
             raise error
         yield RunOp(complete(ERROR, _error_record(error)))
         raise error

@@ -71,7 +71,8 @@ def default_transient(exc: BaseException) -> bool:
     """Errors worth trying again rather than recording: connection failures and timeouts.
 
     Such an error is not recorded: the claim is released and the next
-    execution runs the effect again with the same key.
+    execution runs the effect again with the same key (a claim taken over is
+    kept until its lease ends: see ``_core.effects.releasable``).
     """
     if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
         return True

@@ -257,9 +257,29 @@ async def _run_slot_async(saver: Any, slot: Slot, deadline: float) -> None:
         slot.marks.write(f"finished {thread.rsplit('-', 1)[1]}")
 
 
+def _count_kept_claims(marks: str) -> None:
+    """Count, in ``<marks>/kept-<pid>``, each claim taken over that this worker kept when
+    its execution stopped before a result was recorded (``_core.effects.releasable``):
+    the case whose entry was deleted before issue 27's fix, so that the next execution
+    ran the effect again as attempt 1."""
+    from langgraph_durable.effects import _flow
+
+    original = _flow.releasable
+    log = EffectLog(os.path.join(marks, f"kept-{os.getpid()}"))
+
+    def releasable(token: int) -> bool:
+        release = original(token)
+        if not release:
+            log.write(f"kept {token}")
+        return release
+
+    _flow.releasable = releasable  # type: ignore[assignment]  # this worker process only
+
+
 def run(job: dict[str, Any]) -> int:
     """A worker: run the job's slots until the deadline, then finish the threads started."""
     slots = [Slot(job["marks"], n) for n in job["slots"]]
+    _count_kept_claims(job["marks"])
     spec = SaverSpec(**job["spec"])
     if job["async"]:
 
@@ -384,7 +404,11 @@ def judge(
             elif int(later[3]) > 1 and earlier[4] in outage_pids:
                 verdict.explained_after_outage += 1
             else:
-                verdict.unexplained.append(f"{thread} step {n}: {earlier} then {later}")
+                verdict.unexplained.append(
+                    f"{thread} step {n}: {earlier} then {later} (the earlier's process "
+                    f"{'killed' if earlier[4] in killed else 'not killed'}; outages in "
+                    f"{sorted(outage_pids) or 'none'})"
+                )
 
 
 # ---- the driver (in the test process) ----------------------------------------------
@@ -399,6 +423,7 @@ class SoakResult:
     kills: int = 0
     cuts: int = 0
     lost_replies: int = 0
+    kept_claims: int = 0
     open_outages: int = 0
     started: int = 0
     failures: list[str] = field(default_factory=list)
@@ -423,8 +448,9 @@ class SoakResult:
             f"writes were saved, in an interrupted run), {v.lost_effects} lost effects, "
             f"{v.explained_after_kill + v.explained_after_outage} explained duplicate effects "
             f"(on_ambiguous='retry': {v.explained_after_kill} after a SIGKILL, "
-            f"{v.explained_after_outage} after an outage), {len(v.unexplained)} unexplained "
-            f"duplicate effects, {len(self.failures)} worker failures"
+            f"{v.explained_after_outage} after an outage; {self.kept_claims} claims taken "
+            f"over kept after their run failed before a result), {len(v.unexplained)} "
+            f"unexplained duplicate effects, {len(self.failures)} worker failures"
         )
 
 
@@ -579,6 +605,7 @@ class Soak:
                 cutter.close()
         result.cuts = self.proxy.resets if self.proxy else 0
         result.lost_replies = sum(len(EffectLog(str(p)).lines()) for p in self.marks.glob("lost-*"))
+        result.kept_claims = sum(len(EffectLog(str(p)).lines()) for p in self.marks.glob("kept-*"))
         result.started = sum(
             1
             for slot in range(self.threads)
