@@ -10,7 +10,8 @@ tenant's slot)::
     P:store:{T}:x   zset   "<ns>\\0<key>" -> expires_at: the items with a TTL
     P:store:{T}:i:<ns>\\0<key>   hash   one item: vt, v (value: type, bytes),
                     wt, w (vectors: type, bytes; "" without), c, u (created,
-                    updated), t (TTL minutes, "" none), x (expires_at, "" none)
+                    updated), t (TTL minutes, "" none), x (expires_at, "" none),
+                    f (the item's format, ``ITEM_FORMAT``)
 
 ``<ns>`` is the namespace's labels joined by ``.``: labels hold neither ``.`` nor
 NUL (``_core.store.check_labels``), so the text names one namespace and the first
@@ -35,7 +36,9 @@ item, a ``delete_namespace`` or a sweep, and count as expired meanwhile).
 ``sweep`` deletes expired items at once.
 
 Values and vectors are sealed by the record pipeline (redaction, serialization,
-encryption bound to the tenant, the namespace, the key and the TTL). Every
+encryption and the ``integrity=`` tag bound to the tenant, the namespace, the key and
+the clear fields a read trusts: see :func:`item_identity`). The write's time ``u`` is
+the batch's ``now``, which Python seals under and the script stores as sent. Every
 decision (filters, ordering, scores, offset/limit, which items a read refreshes)
 is the pure core's (``langgraph_durable._core.store``); the batch script extends
 the TTL of the items the gets Python names read (``refreshed_by_gets``), the
@@ -62,6 +65,7 @@ __all__ = [
     "StoreKeys",
     "item_identity",
     "vectors_identity",
+    "ITEM_FORMAT",
     "MAX_SEARCH_ITEMS",
     "NATIVE_GRACE_S",
     "DROP_CHUNK",
@@ -82,23 +86,42 @@ NATIVE_GRACE_S = 3600.0
 DROP_CHUNK = 1000
 
 _NO_VECTORS = Sealed("", b"")
-_FIELDS = 8
+#: Fields the scripts return per item (``ITEM_FIELDS`` of ``lua/lib/store_items.lua``).
+_FIELDS = 9
+#: The format of the items this version writes (``f``): 2 binds the write's time and
+#: whether embeddings go with the value; items without it were written before.
+ITEM_FORMAT = "2"
 
 
 def _ttl_text(ttl_minutes: float | None) -> str:
     return "" if ttl_minutes is None else repr(float(ttl_minutes))
 
 
-def item_identity(tenant: str, ns: str, key: str, ttl_minutes: float | None) -> RecordIdentity:
-    """The identity an item's value is sealed under (its TTL bound as a clear field)."""
+def item_identity(
+    tenant: str,
+    ns: str,
+    key: str,
+    ttl_minutes: float | None,
+    updated_at: float,
+    has_vectors: bool,
+) -> RecordIdentity:
+    """The identity an item's value is sealed under.
+
+    Besides tenant, namespace and key it binds the clear fields stored beside it
+    that a read trusts, as the other backends' stores do: the TTL (``t``), the
+    write's time (``u``: the order of a search) and whether embeddings go with it
+    (so they cannot be stripped).
+    """
+    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
+    return RecordIdentity(tenant, "", ns, RecordKind.STORE_ITEM, key=key, extra=extra)
+
+
+def vectors_identity(tenant: str, ns: str, key: str, updated_at: float) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under (bound to the write's time,
+    so an older write's embeddings do not open beside a newer value)."""
     return RecordIdentity(
-        tenant, "", ns, RecordKind.STORE_ITEM, key=key, extra=_ttl_text(ttl_minutes)
+        tenant, "", ns, RecordKind.STORE_VECTORS, key=key, extra=repr(float(updated_at))
     )
-
-
-def vectors_identity(tenant: str, ns: str, key: str) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under."""
-    return RecordIdentity(tenant, "", ns, RecordKind.STORE_VECTORS, key=key)
 
 
 class StoreKeys:
@@ -185,7 +208,13 @@ class StoreOps:
     ) -> Script:
         """The one script call that reads what a batch needs, then applies its writes."""
         keys = self.keys(tenant)
-        args: list[Any] = [keys.base, repr(float(now)), self.max_search_items, NATIVE_GRACE_S]
+        args: list[Any] = [
+            keys.base,
+            repr(float(now)),
+            self.max_search_items,
+            NATIVE_GRACE_S,
+            ITEM_FORMAT,
+        ]
         args.append(len(plan.get_keys))
         refreshing = refreshed_by_gets(plan)
         for place in plan.get_keys:
@@ -207,10 +236,14 @@ class StoreOps:
         args.extend(member(w.namespace, w.key) for w in deletes)
         args.append(len(puts))
         for w in puts:
+            # the script stores ``now`` (args[1], the same text) as the item's ``u``
             ns = core.ns_text(w.namespace)
-            value = seal(item_identity(tenant, ns, w.key, w.ttl_minutes), w.value)
+            identity = item_identity(tenant, ns, w.key, w.ttl_minutes, now, bool(w.vectors))
+            value = seal(identity, w.value)
             vectors = (
-                seal(vectors_identity(tenant, ns, w.key), w.vectors) if w.vectors else _NO_VECTORS
+                seal(vectors_identity(tenant, ns, w.key, now), w.vectors)
+                if w.vectors
+                else _NO_VECTORS
             )
             expiry = "" if w.expires_at is None else repr(float(w.expires_at))
             native = "" if w.expires_at is None else _native_ms(w.expires_at, now)
@@ -331,27 +364,37 @@ def _items(
 
 def _float(value: Any) -> float | None:
     text = _text(value)
-    return None if text == "" else float(text)
+    try:
+        return None if text == "" else float(text)
+    except ValueError as exc:
+        raise CorruptRecordError(f"a store item's field holds {text!r}, not a number") from exc
 
 
 def _stored(
     tenant: str, name: str, fields: Sequence[Any], open: Callable[[RecordIdentity, Sealed], Any]
 ) -> core.StoredItem:
     ns, _, key = name.partition("\x00")
-    vtype, value, wtype, vectors, created, updated, ttl, expiry = fields
-    ttl_minutes = _float(ttl)
-    opened = open(item_identity(tenant, ns, key, ttl_minutes), Sealed(_text(vtype), bytes(value)))
-    if not isinstance(opened, dict):
+    vtype, value, wtype, vectors, created, updated, ttl, expiry, form = fields
+    where = f"store item {key!r} of namespace {ns!r} (tenant {tenant!r})"
+    if _text(form) != ITEM_FORMAT:
         raise CorruptRecordError(
-            f"store item {key!r} of namespace {ns!r} (tenant {tenant!r}) does not hold a dict"
+            f"{where} was stored in another format ({_text(form) or 'the first'}, this "
+            f"version reads {ITEM_FORMAT}): an item written by an earlier development "
+            "version of the store, or altered; put it again or delete its namespace"
         )
-    vecs: Mapping[str, Any] = {}
-    if _text(wtype):
-        vecs = open(vectors_identity(tenant, ns, key), Sealed(_text(wtype), bytes(vectors)))
+    ttl_minutes = _float(ttl)
     created_at, updated_at = _float(created), _float(updated)
     if created_at is None or updated_at is None:
-        raise CorruptRecordError(
-            f"store item {key!r} of namespace {ns!r} (tenant {tenant!r}) has no times"
+        raise CorruptRecordError(f"{where} has no times")
+    has_vectors = bool(_text(wtype))
+    identity = item_identity(tenant, ns, key, ttl_minutes, updated_at, has_vectors)
+    opened = open(identity, Sealed(_text(vtype), bytes(value)))
+    if not isinstance(opened, dict):
+        raise CorruptRecordError(f"{where} does not hold a dict")
+    vecs: Mapping[str, Any] = {}
+    if has_vectors:
+        vecs = open(
+            vectors_identity(tenant, ns, key, updated_at), Sealed(_text(wtype), bytes(vectors))
         )
     return core.StoredItem(
         core.ns_from_text(ns),

@@ -4,7 +4,8 @@ Plain Redis >= 7 or Valkey, no modules (no RedisJSON, no RediSearch), single ser
 or cluster. Both stores run the same pure operations (``_store.StoreOps`` for the
 keys and scripts, ``langgraph_durable._core.store`` for every decision) through the
 driver of the saver they hold: its client handling (the same URLs as ``RedisSaver``),
-record pipeline (redaction, then encryption bound to tenant, namespace and key) and
+record pipeline (redaction, then encryption and the ``integrity=`` tag, bound to
+tenant, namespace, key and the clear fields a read trusts: ``_store.item_identity``) and
 data keys. A store method only resolves the tenant, embeds what the batch needs (the
 one part that differs between sync and async: the embedding function's own call) and
 hands the operation to the driver.
@@ -153,9 +154,9 @@ class RedisStore(SyncStoreMethods, _RedisStoreBase):
         redaction: :class:`~langgraph_durable.protect.Redaction` applied to values
             before they are stored.
         integrity: The chain key (as ``RedisSaver``'s ``integrity=``): every value and
-            its embeddings carry a keyed tag bound to tenant, namespace, key and TTL;
-            an item altered or moved is refused on read (``IntegrityError``), with or
-            without encryption.
+            its embeddings carry a keyed tag bound to tenant, namespace, key, TTL, the
+            write's time and whether embeddings go with the value; an item altered or
+            moved is refused on read (``IntegrityError``), with or without encryption.
         serde: The serializer (default: the savers' allowlisting serializer).
         ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``);
             expired items are never returned (checked against their stored expiry

@@ -22,6 +22,10 @@ __all__ = [
     "raw_items",
     "raw_value",
     "write_raw_value",
+    "raw_time",
+    "write_raw_time",
+    "raw_vectors",
+    "write_raw_vectors",
 ]
 
 Item = tuple[str, tuple[str, ...], str]
@@ -201,6 +205,148 @@ def write_raw_value(
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeValues={":v": {"B": data}},
         )
+
+
+#: The stored field of an item's write times on each backend (``created`` / ``updated``).
+_TIME_FIELDS = {
+    "postgres": {"created": "created_at", "updated": "updated_at"},
+    "redis": {"created": "c", "updated": "u"},
+    "dynamodb": {"created": "ca", "updated": "ua"},
+}
+
+
+def _pg_run(spec: SaverSpec, assignment: str, returning: str, params: tuple[Any, ...]) -> Any:
+    """Run ``UPDATE store_items SET <assignment>`` (or a SELECT of ``returning`` when
+    ``assignment`` is empty) on one item, whose (tenant, prefix, key) end ``params``."""
+    import psycopg
+    from psycopg import sql
+
+    table = sql.Identifier(spec.kwargs["schema"])
+    where = " WHERE tenant_id = %s AND prefix = %s AND key = %s"
+    if assignment:
+        query = sql.SQL("UPDATE {}.store_items SET " + assignment + where).format(table)
+    else:
+        query = sql.SQL("SELECT " + returning + " FROM {}.store_items" + where).format(table)
+    with psycopg.connect(spec.conn, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        if assignment:
+            assert cur.rowcount == 1, params
+            return None
+        row = cur.fetchone()
+    assert row is not None, params
+    return row
+
+
+def raw_time(
+    spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str, which: str
+) -> float:
+    """An item's stored write time (``which``: ``created`` or ``updated``), Unix seconds."""
+    name = _TIME_FIELDS[spec.backend][which]
+    where = (tenant, ".".join(namespace), key)
+    if spec.backend == "postgres":
+        return float(_pg_run(spec, "", name, where)[0])
+    if spec.backend == "redis":
+        client, item = _redis_item(spec, tenant, namespace, key)
+        try:
+            data = client.hget(item, name)
+        finally:
+            client.close()
+        assert data is not None, where
+        return float(data)
+    client, table = _dynamodb_client(spec)
+    found = client.get_item(
+        TableName=table, Key=_dynamodb_key(tenant, namespace, key), ConsistentRead=True
+    )["Item"]
+    return float(found[name]["N"])
+
+
+def write_raw_time(
+    spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str, which: str, value: float
+) -> None:
+    """Overwrite an item's stored write time (``created`` or ``updated``), behind the
+    store's back."""
+    name = _TIME_FIELDS[spec.backend][which]
+    if spec.backend == "postgres":
+        _pg_run(spec, name + " = %s", "", (value, tenant, ".".join(namespace), key))
+    elif spec.backend == "redis":
+        client, item = _redis_item(spec, tenant, namespace, key)
+        try:
+            assert client.exists(item) == 1
+            client.hset(item, name, repr(float(value)))
+        finally:
+            client.close()
+    else:
+        client, table = _dynamodb_client(spec)
+        client.update_item(
+            TableName=table,
+            Key=_dynamodb_key(tenant, namespace, key),
+            UpdateExpression="SET #t = :t",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#t": name},
+            ExpressionAttributeValues={":t": {"N": repr(float(value))}},
+        )
+
+
+def raw_vectors(
+    spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str
+) -> tuple[str, bytes] | None:
+    """An item's stored embeddings (sealed: type and bytes), None without."""
+    where = (tenant, ".".join(namespace), key)
+    if spec.backend == "postgres":
+        kind, data = _pg_run(spec, "", "vectors_type, vectors", where)
+    elif spec.backend == "redis":
+        client, item = _redis_item(spec, tenant, namespace, key)
+        try:
+            kind, data = client.hmget(item, "wt", "w")
+        finally:
+            client.close()
+        kind = (kind or b"").decode()
+    else:
+        client, table = _dynamodb_client(spec)
+        found = client.get_item(
+            TableName=table, Key=_dynamodb_key(tenant, namespace, key), ConsistentRead=True
+        )["Item"]
+        kind, data = found.get("wt", {}).get("S", ""), found.get("w", {}).get("B", b"")
+    return (str(kind), bytes(data)) if kind else None
+
+
+def write_raw_vectors(
+    spec: SaverSpec,
+    tenant: str,
+    namespace: tuple[str, ...],
+    key: str,
+    sealed: tuple[str, bytes] | None,
+) -> None:
+    """Overwrite an item's stored embeddings (None: strip them), behind the store's back."""
+    kind, data = sealed or ("", b"")
+    if spec.backend == "postgres":
+        where = (tenant, ".".join(namespace), key)
+        _pg_run(spec, "vectors_type = %s, vectors = %s", "", (kind, data, *where))
+    elif spec.backend == "redis":
+        client, item = _redis_item(spec, tenant, namespace, key)
+        try:
+            assert client.exists(item) == 1
+            client.hset(item, mapping={"wt": kind, "w": data})
+        finally:
+            client.close()
+    else:
+        client, table = _dynamodb_client(spec)
+        where_key = _dynamodb_key(tenant, namespace, key)
+        if sealed is None:
+            client.update_item(
+                TableName=table,
+                Key=where_key,
+                UpdateExpression="REMOVE wt, w",
+                ConditionExpression="attribute_exists(pk)",
+            )
+        else:
+            client.update_item(
+                TableName=table,
+                Key=where_key,
+                UpdateExpression="SET wt = :t, w = :w",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeValues={":t": {"S": kind}, ":w": {"B": data}},
+            )
 
 
 def _redis_item(

@@ -7,9 +7,12 @@ read trusts). Behind the store's back (SQL, Redis commands, DynamoDB calls) a te
 * flips one byte of an item's stored value,
 * swaps the stored values of two items of one namespace,
 * copies an item's value over an item of another namespace, and of another tenant,
+* moves an item's stored write time (``updated_at``: the order of a search),
 
 and each time a get and a search of the item raise ``IntegrityError`` (the savers'
 error for a failed tag), never return another item's value; put back, it opens again.
+With encryption alone (no tag) the same clear fields are bound to the ciphertext: a
+moved write time, stripped embeddings or an older write's embeddings do not decrypt.
 """
 
 from __future__ import annotations
@@ -22,11 +25,21 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable.errors import IntegrityError
-from tests.cli.store_helpers import aopen_spec_store, open_spec_store, raw_value, write_raw_value
+from langgraph_durable.errors import CorruptRecordError, DecryptionError, IntegrityError
+from tests.cli.store_helpers import (
+    aopen_spec_store,
+    open_spec_store,
+    raw_time,
+    raw_value,
+    raw_vectors,
+    write_raw_time,
+    write_raw_value,
+    write_raw_vectors,
+)
 from tests.effects.conftest import BACKENDS, make_spec
 from tests.encryption_helpers import local_encryption
 from tests.redaction_helpers import SaverSpec
+from tests.store.differential import index_config
 
 NS, OTHER_NS = ("mem", "u1"), ("mem", "u2")
 
@@ -43,6 +56,8 @@ def _attacks(spec: SaverSpec, a: str, b: str) -> list[tuple[str, str, tuple[str,
         ("two values swapped", a, NS, "y"),
         ("moved to another namespace", a, OTHER_NS, "x"),
         ("moved to another tenant", b, NS, "x"),
+        ("write time moved later", a, NS, "y"),
+        ("write time moved earlier", a, NS, "x"),
     ]
 
 
@@ -53,6 +68,15 @@ def _attack(spec: SaverSpec, name: str, a: str, b: str) -> Callable[[], None]:
     }
     saved[(b, NS, "x")] = raw_value(spec, b, NS, "x")
     source = saved[(a, NS, "x")]
+    if name.startswith("write time moved"):
+        updated = raw_time(spec, a, NS, _time_victim(name), "updated")
+        shift = 1000.0 if name.endswith("later") else -1000.0
+        write_raw_time(spec, a, NS, _time_victim(name), "updated", updated + shift)
+
+        def put_time_back() -> None:
+            write_raw_time(spec, a, NS, _time_victim(name), "updated", updated)
+
+        return put_time_back
     if name == "a byte flipped":
         flipped = bytearray(source)
         flipped[len(flipped) // 2] ^= 0x01
@@ -70,6 +94,11 @@ def _attack(spec: SaverSpec, name: str, a: str, b: str) -> Callable[[], None]:
             write_raw_value(spec, *where, data)
 
     return restore
+
+
+def _time_victim(name: str) -> str:
+    """The item a write-time attack edits (the one ``_attacks`` names)."""
+    return "y" if name.endswith("later") else "x"
 
 
 def _populate(store: Any, tenant: dict[str, str], a: str, b: str) -> None:
@@ -130,3 +159,59 @@ def test_items_stored_without_the_tag_are_refused(spec: SaverSpec) -> None:
             store.get(NS, "x")
         store.put(NS, "x", {"text": "apple"})
         assert store.get(NS, "x").value == {"text": "apple"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("attack", ["write time moved", "embeddings stripped", "older embeddings"])
+def test_altered_clear_fields_do_not_decrypt(spec: SaverSpec, attack: str) -> None:
+    """Encryption alone (no ``integrity=``) binds what a read trusts beside the
+    ciphertext as the tag does: the write's time, the embeddings that go with it."""
+    tenant = uuid.uuid4().hex
+    with open_spec_store(
+        spec, tenant, encryption=local_encryption(), index=index_config()
+    ) as store:
+        # no embeddings under a moved time: the value's own binding is what refuses it
+        store.put(NS, "x", {"text": "apple"}, index=False if attack == "write time moved" else None)
+        if attack == "write time moved":
+            assert raw_vectors(spec, tenant, NS, "x") is None
+            updated = raw_time(spec, tenant, NS, "x", "updated")
+            write_raw_time(spec, tenant, NS, "x", "updated", updated + 1000.0)
+        elif attack == "embeddings stripped":
+            write_raw_vectors(spec, tenant, NS, "x", None)
+        else:
+            older = raw_vectors(spec, tenant, NS, "x")
+            assert older is not None
+            store.put(NS, "x", {"text": "river"})
+            write_raw_vectors(spec, tenant, NS, "x", older)
+        with pytest.raises(DecryptionError):
+            store.get(NS, "x")
+        with pytest.raises(DecryptionError):
+            store.search(("mem",), query="apple")
+
+
+def test_redis_items_of_the_first_format_are_refused_clearly(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A Redis item without its format field (written before its write time was bound)
+    is refused with a message that says so, with or without ``integrity=``."""
+    import redis
+
+    from langgraph_durable.redis._keys import KeyLayout
+    from langgraph_durable.redis._store import StoreKeys
+
+    spec = make_spec(request, "redis")
+    tenant = uuid.uuid4().hex
+    for options in ({}, {"integrity": os.urandom(32)}):
+        with open_spec_store(spec, tenant, **options) as store:
+            store.put(NS, "x", {"text": "apple"})
+            client = redis.Redis.from_url(spec.conn)
+            try:
+                name = StoreKeys(KeyLayout(spec.kwargs["prefix"]), tenant).item(NS, "x")
+                assert client.hdel(name, "f") == 1
+            finally:
+                client.close()
+            with pytest.raises(CorruptRecordError, match="another format"):
+                store.get(NS, "x")
+            with pytest.raises(CorruptRecordError, match="another format"):
+                store.search(("mem",))
+            store.put(NS, "x", {"text": "apple"})  # put again, it reads
+            assert store.get(NS, "x").value == {"text": "apple"}  # type: ignore[union-attr]

@@ -4,8 +4,9 @@
 -- then the batch's deletes and puts. Filters, ordering, limits and TTL refreshes are
 -- decided in Python (langgraph_durable._core.store) after the values are opened.
 -- KEYS: K, N, C, X of the tenant (see lib/store_items.lua).
--- ARGV: BASE, now (Unix seconds), most items a search may read, grace seconds of the
--- native expiry after an item's own, then
+-- ARGV: BASE, now (Unix seconds: every put's u, as sent: its seal binds that text's
+-- number), most items a search may read, grace seconds of the native expiry after an
+-- item's own, the format of the items written (their f), then
 --   gets:      count, then per get: member "<ns>\0<key>", "1" if a get of it refreshes
 --              its TTL (Python's choice; done here, on a live item stored with a TTL,
 --              as _core.store.refreshed does, so a refreshing get needs no other call);
@@ -15,10 +16,10 @@
 --   puts:      count, then per put: member, value type, value, vectors type, vectors,
 --              ttl minutes ("" none), expires_at ("" none), native expiry ms ("" none).
 -- Returns {"ok", gets, searched, namespaces}: gets and searched flat lists of a member
--- and its 8 fields (vt, v, wt, w, c, u, t, x) per live item; namespaces the live ones
+-- and its 9 fields (vt, v, wt, w, c, u, t, x, f) per live item; namespaces the live ones
 -- under the listing ranges. Or {"too-many", search index, items}: nothing was written.
-local now, at = tonumber(ARGV[2]), 5
-local cap, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, at = tonumber(ARGV[2]), 6
+local cap, grace, format = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local function arg()
   at = at + 1
   return ARGV[at - 1]
@@ -28,7 +29,7 @@ local function read(member, out, refresh)
   local f = redis.call('HMGET', key, unpack(ITEM_FIELDS))
   if not f[1] or (f[8] and f[8] ~= '' and tonumber(f[8]) <= now) then return end
   out[#out + 1] = member
-  for i = 1, 8 do out[#out + 1] = f[i] or '' end
+  for i = 1, #ITEM_FIELDS do out[#out + 1] = f[i] or '' end
   if refresh and f[7] and f[7] ~= '' then
     local x = now + tonumber(f[7]) * 60.0
     local text = string.format('%.17g', x)
@@ -94,7 +95,7 @@ for _ = 1, tonumber(arg()) do
   end
   redis.call('DEL', key)
   redis.call('HSET', key, 'vt', vt, 'v', v, 'wt', wt, 'w', w, 'c', created, 'u', ARGV[2],
-    't', ttl, 'x', x)
+    't', ttl, 'x', x, 'f', format)
   if x == '' then
     redis.call('ZREM', X, member)
   else

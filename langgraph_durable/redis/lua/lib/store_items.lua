@@ -3,7 +3,8 @@
 -- namespace: hash), X (expiries: zset "<ns>\0<key>" -> expires_at) from KEYS[1..4], and
 -- BASE (the start of every item key's name, ARGV[1]).
 local K, N, C, X, BASE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local ITEM_FIELDS = {'vt', 'v', 'wt', 'w', 'c', 'u', 't', 'x'}
+-- An item's fields, in the order the scripts return them (f: its format, last).
+local ITEM_FIELDS = {'vt', 'v', 'wt', 'w', 'c', 'u', 't', 'x', 'f'}
 
 local function store_ns(member)
   return string.sub(member, 1, string.find(member, '\0', 1, true) - 1)
