@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import ipaddress
 import pathlib
+import sys
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
@@ -36,13 +37,18 @@ from typing import Any
 
 from ..errors import InvalidInputError
 
-_Send: Any
-_Interrupt: Any
-try:  # langgraph itself is optional (langgraph-checkpoint is what the savers need)
-    from langgraph.types import Interrupt as _Interrupt
-    from langgraph.types import Send as _Send
-except ImportError:  # pragma: no cover - depends on what is installed
-    _Send = _Interrupt = None
+
+def _langgraph_type(name: str) -> Any:
+    """``langgraph.types.<name>`` if that module is loaded, else None.
+
+    Not imported here: ``langgraph.types`` loads langchain-core's tracers, about a third
+    of a second that every command of the CLI (which runs no graph) paid; and a value of
+    one of its types exists only once the module is loaded. langgraph itself is optional
+    (langgraph-checkpoint is what the savers need).
+    """
+    module = sys.modules.get("langgraph.types")
+    return None if module is None else getattr(module, name, None)
+
 
 __all__ = ["StringRewriter", "BoundedCache"]
 
@@ -375,7 +381,8 @@ class StringRewriter:
 
     def _dataclass(self, value: Any, depth: int) -> Any:
         """Every field (``init=False`` ones too); the copy is made without ``__init__``."""
-        skip = _INTERRUPT_SKIP if _Interrupt is not None and type(value) is _Interrupt else ()
+        interrupt = _langgraph_type("Interrupt")
+        skip = _INTERRUPT_SKIP if interrupt is not None and type(value) is interrupt else ()
         changes: dict[str, Any] = {}
         for field in dataclasses.fields(value):
             if field.name in skip or not hasattr(value, field.name):
@@ -429,14 +436,13 @@ class StringRewriter:
 
     def _send(self, value: Any, depth: int) -> Any:
         """LangGraph's ``Send(node, arg)`` (a slotted class, not a dataclass)."""
-        if _Send is None or not isinstance(value, _Send):
+        send = _langgraph_type("Send")
+        if send is None or not isinstance(value, send):
             return None
         arg = self._walk(value.arg, depth + 1)
         if arg is value.arg:
             return value
         timeout = getattr(value, "timeout", None)
         return (
-            _Send(value.node, arg, timeout=timeout)
-            if timeout is not None
-            else _Send(value.node, arg)
+            send(value.node, arg, timeout=timeout) if timeout is not None else send(value.node, arg)
         )

@@ -198,3 +198,22 @@ def test_dataclasses_models_and_value_types_are_walked_whole() -> None:
     sent = walk(Send("node", {"to": EMAIL}, timeout=5.0))
     assert sent.arg == {"to": "<EMAIL>"} and sent.timeout == Send("n", 1, timeout=5.0).timeout
     assert walk(HumanMessage) is HumanMessage  # a class is not walked
+
+
+def test_the_savers_and_the_cli_load_without_langgraph_types() -> None:
+    # The walker looks LangGraph's Send and Interrupt up only once langgraph.types is
+    # loaded (no value of theirs exists before): importing that module loads
+    # langchain-core's tracers, a third of a second every CLI command paid.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import langgraph_durable.cli, langgraph_durable.protect\n"
+        "import langgraph_durable.postgres, langgraph_durable.redis, langgraph_durable.dynamodb\n"
+        "print(sorted(m for m in sys.modules if m == 'langgraph.types'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
