@@ -32,6 +32,10 @@ SETUP_STAMP := $(VENV)/.lgd-setup-stamp
 # to sys.path (tests/redaction_helpers.py).
 AGENT_DEPS := .lgd/agent-deps
 PYTEST_WORKERS ?= 2
+# The tests start hundreds of Python processes (CLI commands, crash trials, workers): with
+# PYTHONDONTWRITEBYTECODE set, each compiled the package again. Bytecode caches go to
+# __pycache__ folders, which git ignores.
+unexport PYTHONDONTWRITEBYTECODE
 PYTEST_ARGS ?=
 LANGGRAPH_SUITE_ARGS ?=
 
