@@ -102,10 +102,11 @@ class _PostgresStoreBase(DurableStoreBase):
         self._vector_index = index_settings(
             self.index_config, self._saver.encryption is not None, clear_vectors
         )
-        # setup() finds the vector table; under row-level security (whose application
-        # role does not run setup()) the first batch that needs it looks it up
+        # setup() finds the vector table; a store that did not run it (setup() ran once,
+        # elsewhere, or by another role under row-level security) looks it up with the
+        # first batch that puts or searches by meaning (one catalog query per store)
         self._vector_mode: VectorMode | None = EXACT
-        if row_level_security and self._vector_index and self._vector_index.wants_table:
+        if self._vector_index and self._vector_index.wants_table:
             self._vector_mode = None
 
     def _vector_setup_op(self) -> Operation[VectorMode]:
@@ -136,9 +137,10 @@ class _PostgresStoreBase(DurableStoreBase):
 
         def steps() -> Generator[Any, Any, list[Result]]:
             mode = self._vector_mode
-            if mode is None:
+            if mode is None and (plan.puts or plan.queries()):
                 mode = yield from ops.vectors.detect(self._vector_index)
                 self._after_setup(mode)
+            mode = mode or EXACT
             pipeline = saver.pipeline
             writes = core.item_writes(plan, now, batch.by_item)
             # One statement for reads and writes, except under row-level security: there

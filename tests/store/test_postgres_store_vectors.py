@@ -259,6 +259,22 @@ def test_rankings_agree_with_in_memory_store(vector_url: str, vschema: str, dist
         assert other.search((), query="w3") == []  # another tenant's items are not found
 
 
+def test_a_store_that_did_not_run_setup_finds_the_index(vector_url: str, vschema: str) -> None:
+    """setup() runs once (a deploy step); the stores of the application's processes do
+    not run it, and still put into and search through the vector index."""
+    with PostgresStore.from_conn_string(vector_url, schema=vschema, index=_index()) as first:
+        first.setup()
+    with PostgresStore.from_conn_string(vector_url, schema=vschema, index=_index()) as store:
+        sent = _statements(store)
+        store.batch(_corpus())
+        assert len(sent) == 2 and "pg_extension" in sent[0]  # the lookup, once per store
+        assert store._vector_mode is not None and store._vector_mode.ann
+        sent.clear()
+        assert store.search(("docs",), query="w3", limit=2)
+        assert len(sent) == 1 and "store_vectors v JOIN" in sent[0]
+    assert _fetch(vector_url, f"SELECT count(*) FROM {vschema}.store_vectors")[0][0] > 0
+
+
 _SHAPES = {  # query "q" is the first axis; none of these has the same nearest for two types
     "q": [1.0] + [0.0] * (DIMS - 1),
     "tiny": [0.01] + [0.0] * (DIMS - 1),  # cosine 1.0, far by l2, small product
