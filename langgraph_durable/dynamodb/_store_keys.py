@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._core import store as core
-from .._core.records import RecordIdentity, RecordKind, Sealed
+from .._core.records import Sealed
 from ..errors import CorruptRecordError, InvalidInputError
 from ._items import ITEM_LIMIT, PK_LIMIT, SK_LIMIT, B, N, S, dec, enc, item_size
 
@@ -54,8 +54,6 @@ __all__ = [
     "key_of_entry",
     "live_namespaces",
     "stale_entries",
-    "item_identity",
-    "vectors_identity",
     "stored_item",
     "item_update",
     "key_of_sk",
@@ -223,45 +221,6 @@ def live_counts(index_items: Iterable[Mapping[str, Any]], now: float) -> dict[tu
 # ---- values ------------------------------------------------------------------------
 
 
-def _ttl_text(ttl_minutes: float | None) -> str:
-    return "" if ttl_minutes is None else repr(float(ttl_minutes))
-
-
-def item_identity(
-    tenant: str,
-    namespace: tuple[str, ...],
-    key: str,
-    ttl_minutes: float | None,
-    updated_at: float,
-    has_vectors: bool,
-) -> RecordIdentity:
-    """The identity an item's value is sealed under.
-
-    Besides tenant, namespace and key it binds the clear attributes stored beside
-    it that a read trusts: the TTL (``tm``), the write's time (``ua``: the order of
-    a search) and whether embeddings go with it (so they cannot be stripped).
-    """
-    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
-    return RecordIdentity(
-        tenant, "", core.ns_text(namespace), RecordKind.STORE_ITEM, key=key, extra=extra
-    )
-
-
-def vectors_identity(
-    tenant: str, namespace: tuple[str, ...], key: str, updated_at: float
-) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under (bound to the write's time,
-    so an older write's embeddings do not open beside a newer value)."""
-    return RecordIdentity(
-        tenant,
-        "",
-        core.ns_text(namespace),
-        RecordKind.STORE_VECTORS,
-        key=key,
-        extra=repr(float(updated_at)),
-    )
-
-
 def _number(item: Mapping[str, Any], name: str) -> float | None:
     value = item.get(name)
     if value is None:
@@ -294,7 +253,9 @@ def stored_item(
     if sealed is None or created is None or updated is None:
         raise CorruptRecordError(f"store item {key!r} of {namespace!r} has no value or times")
     sealed_vectors = _sealed(item, "wt", "w")
-    identity = item_identity(tenant, namespace, key, ttl, updated, sealed_vectors is not None)
+    identity = core.item_identity(
+        tenant, core.ns_text(namespace), key, ttl, updated, sealed_vectors is not None
+    )
     value = open(identity, sealed)
     if not isinstance(value, dict):
         raise CorruptRecordError(
@@ -303,7 +264,9 @@ def stored_item(
         )
     vectors: Mapping[str, Any] = {}
     if sealed_vectors is not None:
-        vectors = open(vectors_identity(tenant, namespace, key, updated), sealed_vectors)
+        vectors = open(
+            core.vectors_identity(tenant, core.ns_text(namespace), key, updated), sealed_vectors
+        )
     return core.StoredItem(
         namespace,
         key,
@@ -325,15 +288,21 @@ def item_update(tenant: str, write: core.ItemWrite, now: float, seal: Any) -> di
         InvalidInputError: The item would exceed DynamoDB's 400 KB.
     """
     assert write.value is not None
-    identity = item_identity(
-        tenant, write.namespace, write.key, write.ttl_minutes, now, bool(write.vectors)
+    identity = core.item_identity(
+        tenant,
+        core.ns_text(write.namespace),
+        write.key,
+        write.ttl_minutes,
+        now,
+        bool(write.vectors),
     )
     value: Sealed = seal(identity, write.value)
     sets = {"vt": S(value.type), "v": B(value.data), "ua": N(now)}
     removes = []
     if write.vectors:
         vectors: Sealed = seal(
-            vectors_identity(tenant, write.namespace, write.key, now), write.vectors
+            core.vectors_identity(tenant, core.ns_text(write.namespace), write.key, now),
+            write.vectors,
         )
         sets.update(wt=S(vectors.type), w=B(vectors.data))
     else:

@@ -5,7 +5,7 @@ Items live in ``store_items`` (migration 9, see ``_schema``): one row per
 cannot hold one) under the C collation, so the namespaces under a prefix are one
 range of the primary key. The value and the embeddings are sealed by the record
 pipeline (redaction, serialization, encryption bound to the tenant, the
-namespace, the key and the clear fields a read trusts: see :func:`item_identity`);
+namespace, the key and the clear fields a read trusts: see ``core.item_identity``);
 times are Unix seconds from the store's clock.
 
 A batch is one statement: its writes (deletes and upserts, data-modifying CTEs)
@@ -30,7 +30,7 @@ from typing import Any
 from langgraph.store.base import SearchOp
 
 from .._core import store as core
-from .._core.records import RecordIdentity, RecordKind, Sealed
+from .._core.records import RecordIdentity, Sealed
 from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
 from ..errors import CorruptRecordError
 from . import _rls
@@ -38,39 +38,9 @@ from ._query import Query
 from ._schema import validate_schema_name
 from ._store_vectors import EXACT, VectorMode, VectorOps
 
-__all__ = ["StoreOps", "item_identity", "vectors_identity"]
+__all__ = ["StoreOps"]
 
 _NO_VECTORS = Sealed("", b"")
-
-
-def _ttl_text(ttl_minutes: float | None) -> str:
-    return "" if ttl_minutes is None else repr(float(ttl_minutes))
-
-
-def item_identity(
-    tenant: str,
-    prefix: str,
-    key: str,
-    ttl_minutes: float | None,
-    updated_at: float,
-    has_vectors: bool,
-) -> RecordIdentity:
-    """The identity an item's value is sealed under.
-
-    Besides tenant, namespace and key it binds the clear fields stored beside it
-    that a read trusts: the TTL, the write's time (``updated_at``: the order of a
-    search) and whether embeddings go with it (so they cannot be stripped).
-    """
-    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
-    return RecordIdentity(tenant, "", prefix, RecordKind.STORE_ITEM, key=key, extra=extra)
-
-
-def vectors_identity(tenant: str, prefix: str, key: str, updated_at: float) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under (bound to the write's time,
-    so an older write's embeddings do not open beside a newer value)."""
-    return RecordIdentity(
-        tenant, "", prefix, RecordKind.STORE_VECTORS, key=key, extra=repr(float(updated_at))
-    )
 
 
 def _bounds(
@@ -376,10 +346,12 @@ class StoreOps:
         cols: dict[str, list[Any]] = {n: [] for n in ("pp", "pk", "vt", "v", "wt", "w", "tt", "te")}
         for w in puts:
             prefix = core.ns_text(w.namespace)
-            identity = item_identity(tenant, prefix, w.key, w.ttl_minutes, now, bool(w.vectors))
+            identity = core.item_identity(
+                tenant, prefix, w.key, w.ttl_minutes, now, bool(w.vectors)
+            )
             value = seal(identity, w.value)
             vectors = (
-                seal(vectors_identity(tenant, prefix, w.key, now), w.vectors)
+                seal(core.vectors_identity(tenant, prefix, w.key, now), w.vectors)
                 if w.vectors
                 else _NO_VECTORS
             )
@@ -469,7 +441,7 @@ def _stored(
     tenant: str, row: Sequence[Any], open: Callable[[RecordIdentity, Sealed], Any]
 ) -> core.StoredItem:
     (_part, prefix, key, vtype, value, wtype, vectors, created, updated, ttl, expiry) = row
-    identity = item_identity(tenant, prefix, key, ttl, updated, bool(wtype))
+    identity = core.item_identity(tenant, prefix, key, ttl, updated, bool(wtype))
     opened = open(identity, Sealed(vtype, bytes(value)))
     if not isinstance(opened, dict):
         raise CorruptRecordError(
@@ -477,7 +449,9 @@ def _stored(
         )
     vecs: Mapping[str, Any] = {}
     if wtype:
-        vecs = open(vectors_identity(tenant, prefix, key, updated), Sealed(wtype, bytes(vectors)))
+        vecs = open(
+            core.vectors_identity(tenant, prefix, key, updated), Sealed(wtype, bytes(vectors))
+        )
     return core.StoredItem(
         core.ns_from_text(prefix),
         key,

@@ -37,7 +37,7 @@ item, a ``delete_namespace`` or a sweep, and count as expired meanwhile).
 
 Values and vectors are sealed by the record pipeline (redaction, serialization,
 encryption and the ``integrity=`` tag bound to the tenant, the namespace, the key and
-the clear fields a read trusts: see :func:`item_identity`). The write's time ``u`` is
+the clear fields a read trusts: see ``core.item_identity``). The write's time ``u`` is
 the batch's ``now``, which Python seals under and the script stores as sent. Every
 decision (filters, ordering, scores, offset/limit, which items a read refreshes)
 is the pure core's (``langgraph_durable._core.store``); the batch script extends
@@ -53,7 +53,7 @@ from typing import Any
 from langgraph.store.base import GetOp
 
 from .._core import store as core
-from .._core.records import RecordIdentity, RecordKind, Sealed
+from .._core.records import RecordIdentity, Sealed
 from .._core.store_settings import DEFAULT_MAX_SEARCH_ITEMS, search_too_large
 from ..errors import CorruptRecordError
 from ._keys import KeyLayout, _glob_escape, _ident, _tag_part, _untag
@@ -63,8 +63,6 @@ from ._scripts import load_script
 __all__ = [
     "StoreOps",
     "StoreKeys",
-    "item_identity",
-    "vectors_identity",
     "ITEM_FORMAT",
     "MAX_SEARCH_ITEMS",
     "NATIVE_GRACE_S",
@@ -91,37 +89,6 @@ _FIELDS = 9
 #: The format of the items this version writes (``f``): 2 binds the write's time and
 #: whether embeddings go with the value; items without it were written before.
 ITEM_FORMAT = "2"
-
-
-def _ttl_text(ttl_minutes: float | None) -> str:
-    return "" if ttl_minutes is None else repr(float(ttl_minutes))
-
-
-def item_identity(
-    tenant: str,
-    ns: str,
-    key: str,
-    ttl_minutes: float | None,
-    updated_at: float,
-    has_vectors: bool,
-) -> RecordIdentity:
-    """The identity an item's value is sealed under.
-
-    Besides tenant, namespace and key it binds the clear fields stored beside it
-    that a read trusts, as the other backends' stores do: the TTL (``t``), the
-    write's time (``u``: the order of a search) and whether embeddings go with it
-    (so they cannot be stripped).
-    """
-    extra = f"{_ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
-    return RecordIdentity(tenant, "", ns, RecordKind.STORE_ITEM, key=key, extra=extra)
-
-
-def vectors_identity(tenant: str, ns: str, key: str, updated_at: float) -> RecordIdentity:
-    """The identity an item's embeddings are sealed under (bound to the write's time,
-    so an older write's embeddings do not open beside a newer value)."""
-    return RecordIdentity(
-        tenant, "", ns, RecordKind.STORE_VECTORS, key=key, extra=repr(float(updated_at))
-    )
 
 
 class StoreKeys:
@@ -238,10 +205,10 @@ class StoreOps:
         for w in puts:
             # the script stores ``now`` (args[1], the same text) as the item's ``u``
             ns = core.ns_text(w.namespace)
-            identity = item_identity(tenant, ns, w.key, w.ttl_minutes, now, bool(w.vectors))
+            identity = core.item_identity(tenant, ns, w.key, w.ttl_minutes, now, bool(w.vectors))
             value = seal(identity, w.value)
             vectors = (
-                seal(vectors_identity(tenant, ns, w.key, now), w.vectors)
+                seal(core.vectors_identity(tenant, ns, w.key, now), w.vectors)
                 if w.vectors
                 else _NO_VECTORS
             )
@@ -254,7 +221,7 @@ class StoreOps:
                     value.data,
                     vectors.type,
                     vectors.data,
-                    _ttl_text(w.ttl_minutes),
+                    core.ttl_text(w.ttl_minutes),
                     expiry,
                     native,
                 )
@@ -387,14 +354,14 @@ def _stored(
     if created_at is None or updated_at is None:
         raise CorruptRecordError(f"{where} has no times")
     has_vectors = bool(_text(wtype))
-    identity = item_identity(tenant, ns, key, ttl_minutes, updated_at, has_vectors)
+    identity = core.item_identity(tenant, ns, key, ttl_minutes, updated_at, has_vectors)
     opened = open(identity, Sealed(_text(vtype), bytes(value)))
     if not isinstance(opened, dict):
         raise CorruptRecordError(f"{where} does not hold a dict")
     vecs: Mapping[str, Any] = {}
     if has_vectors:
         vecs = open(
-            vectors_identity(tenant, ns, key, updated_at), Sealed(_text(wtype), bytes(vectors))
+            core.vectors_identity(tenant, ns, key, updated_at), Sealed(_text(wtype), bytes(vectors))
         )
     return core.StoredItem(
         core.ns_from_text(ns),

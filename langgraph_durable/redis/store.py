@@ -5,7 +5,7 @@ or cluster. Both stores run the same pure operations (``_store.StoreOps`` for th
 keys and scripts, ``langgraph_durable._core.store`` for every decision) through the
 driver of the saver they hold: its client handling (the same URLs as ``RedisSaver``),
 record pipeline (redaction, then encryption and the ``integrity=`` tag, bound to
-tenant, namespace, key and the clear fields a read trusts: ``_store.item_identity``) and
+tenant, namespace, key and the clear fields a read trusts: ``core.item_identity``) and
 data keys. A store method only resolves the tenant, embeds what the batch needs (the
 one part that differs between sync and async: the embedding function's own call) and
 hands the operation to the driver.

@@ -30,7 +30,16 @@ from __future__ import annotations
 
 from .batch import BatchPlan, ItemWrite, Refresh, answer, check_op, item_writes, plan_batch
 from .filters import matches
-from .items import StoredItem, expires_at, is_live, refreshed, to_datetime
+from .items import (
+    StoredItem,
+    expires_at,
+    is_live,
+    item_identity,
+    refreshed,
+    to_datetime,
+    ttl_text,
+    vectors_identity,
+)
 from .namespaces import (
     RESERVED_ROOT,
     SEP,
@@ -63,6 +72,9 @@ __all__ = [
     "RESERVED_ROOT",
     "SEP",
     "StoredItem",
+    "item_identity",
+    "vectors_identity",
+    "ttl_text",
     "BatchPlan",
     "ItemWrite",
     "Refresh",

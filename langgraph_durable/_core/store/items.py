@@ -8,6 +8,8 @@ from typing import Any
 
 from langgraph.store.base import Item, SearchItem
 
+from ..records import RecordIdentity, RecordKind
+
 # ---- stored items and TTL ----------------------------------------------------
 
 
@@ -75,3 +77,38 @@ def refreshed(item: StoredItem, now: float) -> float | None:
     if item.ttl_minutes is None:
         return None
     return expires_at(item.ttl_minutes, now)
+
+
+# ---- what a stored item is sealed under --------------------------------------
+
+
+def ttl_text(ttl_minutes: float | None) -> str:
+    """An item's TTL as its identity binds it (``""``: none)."""
+    return "" if ttl_minutes is None else repr(float(ttl_minutes))
+
+
+def item_identity(
+    tenant: str,
+    ns: str,
+    key: str,
+    ttl_minutes: float | None,
+    updated_at: float,
+    has_vectors: bool,
+) -> RecordIdentity:
+    """The identity an item's value is sealed under, on every backend (``ns``: the
+    namespace as ``ns_text`` writes it).
+
+    Besides tenant, namespace and key it binds the clear fields stored beside it
+    that a read trusts: the TTL, the write's time (``updated_at``: the order of a
+    search) and whether embeddings go with it (so they cannot be stripped).
+    """
+    extra = f"{ttl_text(ttl_minutes)}|{float(updated_at)!r}|{int(has_vectors)}"
+    return RecordIdentity(tenant, "", ns, RecordKind.STORE_ITEM, key=key, extra=extra)
+
+
+def vectors_identity(tenant: str, ns: str, key: str, updated_at: float) -> RecordIdentity:
+    """The identity an item's embeddings are sealed under (bound to the write's time,
+    so an older write's embeddings do not open beside a newer value)."""
+    return RecordIdentity(
+        tenant, "", ns, RecordKind.STORE_VECTORS, key=key, extra=repr(float(updated_at))
+    )
