@@ -634,23 +634,41 @@ def rss_run(
     seconds: float = 0.0,
 ) -> None:
     """Run ``steps`` steps, ``per_thread`` per thread (a new thread each time), sampling
-    RSS after a warm-up (the first 10%) about 50 times, and at the end. ``seconds``: stop
-    there if not done (0: no limit)."""
+    RSS after a warm-up about 50 times, and at the end. ``seconds``: stop there if not
+    done (0: no limit). The warm-up is the first 10% of the steps or, with a time limit,
+    of the time, whichever ends first (a slow backend still gets samples after it), and
+    a sample is taken every 2% of either."""
     graph = soak_graph(log, per_thread, saver)
     warm = max(steps // 10, per_thread)
     every = max(steps // 50, per_thread)
     start = time.monotonic()
     done = thread = 0
+    warmed = False
+    sampled_at = (0, 0.0)  # the steps and the time of the last sample
+
+    def sample() -> None:
+        nonlocal sampled_at
+        elapsed = round(time.monotonic() - start, 1)
+        report({"steps": done, "threads": thread, "rss": rss_bytes(), "seconds": elapsed})
+        sampled_at = (done, time.monotonic() - start)
+
     while done < steps and not (seconds and time.monotonic() - start >= seconds):
         graph.invoke(INPUT, {"configurable": {"thread_id": f"rss-{thread}"}})
         thread += 1
         done += per_thread
-        if done >= warm and ((done - warm) % every < per_thread or done >= steps):
-            elapsed = round(time.monotonic() - start, 1)
-            report({"steps": done, "threads": thread, "rss": rss_bytes(), "seconds": elapsed})
-    if done < steps:  # stopped by the time limit: a last sample
-        elapsed = round(time.monotonic() - start, 1)
-        report({"steps": done, "threads": thread, "rss": rss_bytes(), "seconds": elapsed})
+        now = time.monotonic() - start
+        if not warmed:
+            if done >= warm or (seconds and now >= seconds / 10):
+                warmed = True
+                sample()
+        elif (
+            done - sampled_at[0] >= every
+            or (seconds and now - sampled_at[1] >= seconds / 50)
+            or done >= steps
+        ):
+            sample()
+    if sampled_at[0] != done:  # stopped by the time limit: a last sample
+        sample()
 
 
 def rss_main(argv: list[str]) -> int:
