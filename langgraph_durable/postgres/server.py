@@ -58,6 +58,10 @@ up unless ``LGD_POSTGRES_SETUP`` is ``off``, with the store's own settings:
                                        or ``package.module:attribute`` /
                                        ``./file.py:attribute``
 ``LGD_STORE_INDEX_FIELDS``             comma-separated paths embedded (default ``$``)
+``LGD_STORE_INDEX_DISTANCE``           ``cosine`` (default), ``l2`` or ``inner_product``
+                                       (pgvector's index and the scores)
+``LGD_STORE_CLEAR_VECTORS``            ``on``: with encryption, also store embeddings
+                                       in the clear for the pgvector index (default ``off``)
 ====================================== ============================================
 
 Encryption (``LGD_KEYRING`` / ``LGD_KMS_KEY_ID``) covers the store's values and
@@ -71,6 +75,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._core.store import DISTANCE_TYPES
 from .._server import (
     encryption_from_env,
     env_flag,
@@ -140,6 +145,30 @@ async def checkpointer() -> AsyncIterator[AsyncPostgresSaver]:
         yield saver
 
 
+def vector_options_from_env(env: Mapping[str, str], index: dict[str, Any] | None) -> dict[str, Any]:
+    """``LGD_STORE_INDEX_DISTANCE`` (into ``index``) and ``LGD_STORE_CLEAR_VECTORS``.
+
+    Raises:
+        ConfigurationError: a value is malformed, or set without an index.
+    """
+    distance = env.get("LGD_STORE_INDEX_DISTANCE", "").strip()
+    clear = env_flag(env, "LGD_STORE_CLEAR_VECTORS", False)
+    if (distance or clear) and index is None:
+        raise ConfigurationError(
+            "LGD_STORE_INDEX_DISTANCE and LGD_STORE_CLEAR_VECTORS need search by meaning: "
+            "set LGD_STORE_INDEX_DIMS and LGD_STORE_INDEX_EMBED"
+        )
+    if distance:
+        if distance not in DISTANCE_TYPES:
+            raise ConfigurationError(
+                f"LGD_STORE_INDEX_DISTANCE must be one of {', '.join(DISTANCE_TYPES)}, "
+                f"got {distance!r}"
+            )
+        assert index is not None
+        index["distance_type"] = distance
+    return {"clear_vectors": True} if clear else {}
+
+
 @asynccontextmanager
 async def store() -> AsyncIterator[AsyncPostgresStore]:
     """An ``AsyncPostgresStore`` configured from the environment, set up and closed."""
@@ -155,6 +184,7 @@ async def store() -> AsyncIterator[AsyncPostgresStore]:
         options["tenant_signing_key"] = settings["tenant_signing_key"]
     if "integrity" in settings:
         options["integrity"] = settings["integrity"]
+    options.update(vector_options_from_env(env, options.get("index")))
     async with AsyncPostgresStore.from_conn_string(settings["conn"], **options) as opened:
         if settings["setup"]:
             await opened.setup()

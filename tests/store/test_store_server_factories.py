@@ -58,6 +58,8 @@ _CLEARED = (
     "LGD_STORE_INDEX_DIMS",
     "LGD_STORE_INDEX_EMBED",
     "LGD_STORE_INDEX_FIELDS",
+    "LGD_STORE_INDEX_DISTANCE",
+    "LGD_STORE_CLEAR_VECTORS",
 )
 
 
@@ -219,3 +221,36 @@ def test_the_store_factory_tags_values_with_the_integrity_key(
     assert asyncio.run(get("tagged")).value == {"text": "tagged"}
     with pytest.raises(IntegrityError):
         asyncio.run(get("untagged"))
+
+
+def test_the_postgres_store_factory_reads_the_vector_settings(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = SaverSpec("postgres", pg_url, {"schema": pg_schema})
+    key = base64.b64encode(os.urandom(32)).decode()
+    index = {"LGD_STORE_INDEX_DIMS": "8", "LGD_STORE_INDEX_EMBED": "tests.store.differential:embed"}
+    _environ(
+        spec,
+        monkeypatch,
+        LGD_KEYRING=f"k1={key}",
+        LGD_STORE_INDEX_DISTANCE="l2",
+        LGD_STORE_CLEAR_VECTORS="on",
+        **index,
+    )
+    factory = _factory("postgres")
+
+    async def opened() -> tuple[str, bool]:
+        async with factory() as store:
+            vector = store._vector_index
+            return vector.distance_type, vector.wants_table
+
+    # l2, and the index's table wanted although values are encrypted: clear vectors
+    assert asyncio.run(opened()) == ("l2", True)
+    for name, value, extra in (
+        ("LGD_STORE_INDEX_DISTANCE", "dot", index),
+        ("LGD_STORE_CLEAR_VECTORS", "maybe", index),
+        ("LGD_STORE_INDEX_DISTANCE", "l2", {}),
+    ):
+        _environ(spec, monkeypatch, **{name: value}, **extra)
+        with pytest.raises(ConfigurationError, match=name):
+            asyncio.run(factory().__aenter__())
