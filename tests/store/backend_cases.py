@@ -159,3 +159,18 @@ def check_redaction(store: Any, dump: Callable[[], bytes]) -> None:
     stored = dump()
     assert b"write to " in stored  # the dump holds the stored value (in clear)
     assert not any(form in stored for form in canary_forms(mail))
+
+
+def pg_statements(store: Any) -> list[str]:
+    """The SQL of every statement a PostgreSQL store sends from now on (appended as they
+    go), counted at its connector."""
+    sent: list[str] = []
+    connector = store._saver._conn
+    run_one = connector.run_one
+
+    def counting(q: Any) -> Any:
+        sent.append(q.sql)
+        return run_one(q)
+
+    connector.run_one = counting
+    return sent

@@ -192,15 +192,7 @@ def test_one_statement_per_batch_and_one_more_for_ttl_refreshes(pg_url: str, sch
     with PostgresStore.from_conn_string(
         pg_url, schema=schema, tenant=uuid.uuid4().hex, **_options("clear")
     ) as store:
-        sent: list[str] = []
-        connector = store._saver._conn
-        run_one = connector.run_one
-
-        def counting(q: Any) -> Any:
-            sent.append(q.sql)
-            return run_one(q)
-
-        connector.run_one = counting
+        sent = cases.pg_statements(store)
         puts = [
             PutOp(("a", str(i)), f"k{j}", {"text": "apple", "n": j})
             for i in range(5)

@@ -31,6 +31,7 @@ from langgraph_durable.postgres import AsyncPostgresStore, PostgresStore
 from langgraph_durable.postgres._rls import app_role_grants
 from langgraph_durable.postgres._store_vectors import index_settings
 from tests.encryption_helpers import local_encryption
+from tests.store.backend_cases import pg_statements
 from tests.store.differential import (
     COVERING_PROGRAM,
     FakeClock,
@@ -98,20 +99,6 @@ def vschema(vector_url: str) -> Iterator[str]:
 def _fetch(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(query, params or None).fetchall()  # type: ignore[arg-type]
-
-
-def _statements(store: PostgresStore) -> list[str]:
-    """The SQL of every statement the store sends from now on (appended as they go)."""
-    sent: list[str] = []
-    connector = store._saver._conn
-    run_one = connector.run_one
-
-    def counting(q: Any) -> Any:
-        sent.append(q.sql)
-        return run_one(q)
-
-    connector.run_one = counting
-    return sent
 
 
 # ---- the pure parts ------------------------------------------------------------------
@@ -192,7 +179,7 @@ def test_flat_kind_orders_in_sql_without_an_index(vector_url: str, vschema: str)
         store.setup()
         assert store._vector_mode is not None and store._vector_mode.ann
         store.batch([PutOp(("a",), f"k{i}", {"text": WORDS[i]}) for i in range(20)])
-        sent = _statements(store)
+        sent = pg_statements(store)
         assert [i.key for i in store.search(("a",), query="w9", limit=1)] == ["k9"]
         assert "store_vectors v JOIN" in sent[0]
     indexes = _fetch(
@@ -223,7 +210,7 @@ def test_rankings_agree_with_in_memory_store(vector_url: str, vschema: str, dist
         store.setup()
         assert store._vector_mode.ann
         store.batch(_corpus())
-        sent = _statements(store)
+        sent = pg_statements(store)
         for query in ("w3", "w17", "w29 w5"):
             for prefix, limit, offset in (((), 10, 0), (("docs",), 5, 3), (("docs", "g1"), 4, 0)):
                 got = store.search(prefix, query=query, limit=limit, offset=offset)
@@ -265,7 +252,7 @@ def test_a_store_that_did_not_run_setup_finds_the_index(vector_url: str, vschema
     with PostgresStore.from_conn_string(vector_url, schema=vschema, index=_index()) as first:
         first.setup()
     with PostgresStore.from_conn_string(vector_url, schema=vschema, index=_index()) as store:
-        sent = _statements(store)
+        sent = pg_statements(store)
         store.batch(_corpus())
         assert len(sent) == 2 and "pg_extension" in sent[0]  # the lookup, once per store
         assert store._vector_mode is not None and store._vector_mode.ann
