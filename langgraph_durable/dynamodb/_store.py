@@ -631,50 +631,7 @@ class StoreOps:
 
     def delete_namespace(self, tenant: str, prefix: tuple[str, ...]) -> Generator[Any, Any, int]:
         """Delete every item of ``tenant`` under ``prefix``, their index entries and the
-        index items left empty; the number of items deleted."""
-        index = yield from self._index(tenant, [prefix])
-        namespaces = sorted({namespace_of_index_sk(i["sk"]["S"]) for i in index})
-        writes: list[core.ItemWrite] = []
-        for ns in namespaces:
-            items = yield from self.calls._query_all(item_pk(tenant, ns), projection=("sk",))
-            writes += [core.ItemWrite(ns, key_of_sk(i["sk"]["S"]), None) for i in items]
-        deleted = len(writes)
-        # entries whose items are gone already (expired and deleted by TTL) go too
-        listed = {(w.namespace, w.key) for w in writes}
-        for item in index:
-            ns = namespace_of_index_sk(item["sk"]["S"])
-            for name in item:
-                key = key_of_entry(name)
-                if key is not None and (ns, key) not in listed:
-                    listed.add((ns, key))
-                    writes.append(core.ItemWrite(ns, key, None))
-        yield from self.write(tenant, 0.0, writes, [], {}, _no_seal)
-        yield from self._drop_empty_index_items(tenant, prefix)
-        return deleted
-
-    def _drop_empty_index_items(
-        self, tenant: str, prefix: tuple[str, ...]
-    ) -> Generator[Any, Any, None]:
-        """Delete index items with no entry left, unless one was written since (``ver``):
-        conditional deletes, 100 per TransactWriteItems (a failed condition drops its item)."""
-        index = yield from self._index(tenant, [prefix])
-        yield from self.calls._transact_updates(
-            [
-                {
-                    "Delete": {
-                        "TableName": self.table,
-                        "Key": {"pk": item["pk"], "sk": item["sk"]},
-                        "ConditionExpression": "#ver = :ver",
-                        "ExpressionAttributeNames": {"#ver": "ver"},
-                        "ExpressionAttributeValues": {":ver": item["ver"]},
-                    }
-                }
-                for item in index
-                if "ver" in item and not any(key_of_entry(name) is not None for name in item)
-            ]
-        )
-        return None
-
-
-def _no_seal(_identity: RecordIdentity, _value: Any) -> Sealed:  # pragma: no cover - unused
-    raise AssertionError("a delete seals nothing")
+        index items left empty (one pass of :meth:`forget_under`); the number of items
+        deleted."""
+        counts = yield from self.forget_under(tenant, prefix, passes=1)
+        return sum(counts.values())
