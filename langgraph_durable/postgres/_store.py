@@ -90,6 +90,11 @@ class Read:
     wrote: bool
 
 
+#: What a batch's searches read: the prefixes read whole, those read in part (newest
+#: first, how many) and the searches served by the vector index (with how many).
+Searches = tuple[list[tuple[str, ...]], dict[tuple[str, ...], int], list[tuple[SearchOp, int]]]
+
+
 class StoreOps:
     """The store's statements on one schema, and the reading of their rows.
 
@@ -109,7 +114,7 @@ class StoreOps:
         indexed: bool,
         mode: VectorMode = EXACT,
         query_vectors: Mapping[str, Sequence[float]] | None = None,
-    ) -> tuple[list[tuple[str, ...]], dict[tuple[str, ...], int], list[tuple[SearchOp, int]]]:
+    ) -> Searches:
         """The prefixes searches read whole (a filter or a query without the vector
         index: every live item under them, at most ``max_search_items``), those read in
         part (newest first, how many) and the searches whose candidates come from the
@@ -166,6 +171,7 @@ class StoreOps:
         mode: VectorMode = EXACT,
         query_vectors: Mapping[str, Sequence[float]] | None = None,
         settings: tuple[tuple[str, str], ...] = (),
+        searches: Searches | None = None,
     ) -> Query | None:
         """The one statement that reads what a batch's gets, searches and listings need.
 
@@ -187,7 +193,9 @@ class StoreOps:
                 f"JOIN {s}.store_items i ON i.tenant_id = %(tenant)s AND i.prefix = g.p "
                 f"AND i.key = g.k WHERE {_LIVE}"
             )
-        whole, cuts, nearest = self._searches(plan, indexed, mode, query_vectors)
+        if searches is None:
+            searches = self._searches(plan, indexed, mode, query_vectors)
+        whole, cuts, nearest = searches
         for j, (op, k) in enumerate(nearest):
             assert op.query is not None and query_vectors is not None
             found, more = self.vectors.search_parts(
@@ -266,13 +274,14 @@ class StoreOps:
         its writes) twice. ``mode``, ``query_vectors`` and ``settings``: see
         :meth:`read_query`.
         """
-        query = self.read_query(tenant, plan, now, indexed, mode, query_vectors, settings)
+        searches = self._searches(plan, indexed, mode, query_vectors)
+        whole = searches[0]  # the prefixes read whole, in the statement's order
+        query = self.read_query(tenant, plan, now, indexed, mode, query_vectors, settings, searches)
         if query is None:
             return Read({}, [], [], False)
         applied = bool(writes) and seal is not None
         if applied:
             assert seal is not None
-            whole = self._searches(plan, indexed, mode, query_vectors)[0]
             guard = self._guard() if whole else ""
             ctes, params = self._write_ctes(tenant, now, writes, (), seal, mode, guard)
             query = Query(
@@ -293,7 +302,6 @@ class StoreOps:
         cache: dict[tuple[str, str], core.StoredItem] = {}
         over = sorted(int(row[1]) for row in rows if row[0] == "t")
         if over:  # nothing was read nor written
-            whole = self._searches(plan, indexed)[0]
             raise search_too_large(whole[over[0] - 1], None, self.max_search_items)
         for row in rows:
             part, prefix = row[0], row[1]
