@@ -4,6 +4,8 @@
     python benchmarks/floor.py                      # 20 rounds of 12 threads per saver
     python benchmarks/floor.py --rounds 4 --quick   # smoke run
     python benchmarks/floor.py --get                # the floor of one get_tuple
+    python benchmarks/floor.py --raw                # also raw puts/s (no graph)
+    python benchmarks/floor.py --backend redis --raw   # the same on Redis
 
 Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop, 5 turns,
 13 steps per thread), four threads at a time, through:
@@ -16,7 +18,22 @@ Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop
   None: every thread is new), no codec, no deltas, no locks, a pool of four connections in
   autocommit;
 - ``floor-nosync``: the same with ``synchronous_commit=off`` (no wait for the WAL flush);
-- ``ours``: our ``PostgresSaver`` with its defaults.
+- ``ours``: our ``PostgresSaver`` with its defaults;
+- ``upstream``: langgraph-checkpoint-postgres's ``PostgresSaver`` (its documented connection
+  settings, a pool of four, a schema of its own).
+
+Each saver's steps/s is also given against upstream's: the floor's ratio is the most any
+saver that writes each call to PostgreSQL can reach against upstream on this machine (the
+floor reads nothing back, so it is an upper bound).
+
+With ``--raw``, each saver also replays the workload's recorded ``put`` and ``put_writes``
+calls on fresh threads, four at a time, without the graph (raw puts/s, as ``run.py --mode
+raw`` counts them).
+
+With ``--backend redis``, the same on Redis: ``memory``; ``floor``, one ``RPUSH`` of the
+serialized parts per ``put`` and per ``put_writes`` (pools of four connections); ``redis``,
+our ``RedisSaver``; and ``plainredis`` (langgraph-checkpoint-plainredis), the saver the
+ratios are taken against.
 
 With ``--get``, the floor of one ``get_tuple`` instead: a 5-turn thread is written to
 upstream's saver and ours, and its newest checkpoint, serialized whole by LangGraph's
@@ -133,6 +150,85 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
         else:
             last = int(str(current).split(".")[0])
         return f"{last + 1:032}.{random.random():016}"
+
+
+class FloorRedisSaver(FloorSaver):
+    """One Redis command per put (RPUSH of the serialized parts) and per put_writes."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        BaseCheckpointSaver.__init__(self)
+        self.client = client
+        self.prefix = prefix
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        body = dict(checkpoint)
+        values = body.pop("channel_values")
+        blobs = [self.serde.dumps_typed(values[ch])[1] for ch in new_versions if ch in values]
+        thread = config["configurable"]["thread_id"]
+        self.client.rpush(
+            f"{self.prefix}:{thread}:{checkpoint['id']}",
+            self.serde.dumps_typed(body)[1],
+            self.serde.dumps_typed(metadata)[1],
+            *blobs,
+        )
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": "",
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        conf = config["configurable"]
+        self.client.rpush(
+            f"{self.prefix}:{conf['thread_id']}:{conf['checkpoint_id']}:w:{task_id}",
+            *[self.serde.dumps_typed(value)[1] for _channel, value in writes],
+        )
+
+
+def redis_floor(args: argparse.Namespace, per: int) -> int:
+    """The graph (and raw) floor on Redis: memory, the floor saver, ours and plainredis."""
+    import redis
+    from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
+
+    from langgraph_durable.redis import RedisSaver
+
+    tag = uuid.uuid4().hex[:8]
+    prefixes = {name: f"lgdbench-floor-{name}-{tag}" for name in ("floor", "redis", "plainredis")}
+    pools = [
+        redis.BlockingConnectionPool.from_url(args.redis_url, max_connections=4, timeout=60)
+        for _ in prefixes
+    ]
+    clients = [redis.Redis(connection_pool=pool) for pool in pools]
+    try:
+        ours = RedisSaver(clients[1], prefix=prefixes["redis"])
+        ours.setup()
+        savers: dict[str, Any] = {
+            "memory": InMemorySaver(),
+            "floor": FloorRedisSaver(clients[0], prefixes["floor"]),
+            "redis": ours,
+            "plainredis": PlainRedisSaver(clients[2], prefix=prefixes["plainredis"]),
+        }
+        result = _compare(savers, args.rounds, per, args.raw)
+    finally:
+        for client, prefix in zip(clients, prefixes.values(), strict=True):
+            for keys in _batched(client.scan_iter(match=f"{prefix}*", count=1000), 500):
+                client.unlink(*keys)
+            client.close()
+    _report(args, per, result, "plainredis")
+    return 0
+
+
+def _batched(items: Any, n: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -259,20 +355,34 @@ def _write(out: Path, name: str, lines: list[str], doc: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("postgres", "redis"), default="postgres")
     p.add_argument("--url", default=os.environ.get("BENCH_PG_URL", DEFAULT_URL))
+    p.add_argument(
+        "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--threads", type=int, default=12, help="graph threads per saver per round")
     p.add_argument("--quick", action="store_true", help="3 threads per round")
     p.add_argument("--out", default=str(HERE / "results"), help="output directory")
     p.add_argument("--get", action="store_true", help="the floor of one get_tuple instead")
     p.add_argument("--calls", type=int, default=200, help="--get: calls per saver per round")
+    p.add_argument(
+        "--raw", action="store_true", help="also raw puts/s: recorded calls replayed, no graph"
+    )
     args = p.parse_args(argv)
+    if args.backend == "redis":
+        return redis_floor(args, 3 if args.quick else args.threads)
     if args.get:
         return get_floor(args.url, args.rounds, args.calls, Path(args.out))
     per = 3 if args.quick else args.threads
     tag = uuid.uuid4().hex[:8]
     table, schema = f"lgd_bench_floor_{tag}", f"lgd_bench_floor_ours_{tag}"
+    up_schema = f"lgd_bench_floor_up_{tag}"
+    from langgraph.checkpoint.postgres import PostgresSaver as UpstreamSaver
+    from savers import UPSTREAM_CONN_KWARGS
+
     with psycopg.connect(args.url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {up_schema}")
         conn.execute(
             f"CREATE TABLE {table} (thread_id text, checkpoint_id text, body bytea, "
             "metadata bytea, blobs bytea[], PRIMARY KEY (thread_id, checkpoint_id))"
@@ -291,32 +401,28 @@ def main(argv: list[str] | None = None) -> int:
             kwargs={**kw, "options": "-c synchronous_commit=off"},
             open=True,
         ),
+        ConnectionPool(
+            args.url,
+            min_size=4,
+            max_size=4,
+            kwargs={**UPSTREAM_CONN_KWARGS, "options": f"-c search_path={up_schema}"},
+            open=True,
+        ),
     ]
     opened = PostgresSaver.from_conn_string(args.url, schema=schema)
     try:
         ours = opened.__enter__()
         ours.setup()
+        upstream = UpstreamSaver(pools[2])
+        upstream.setup()
         savers: dict[str, Any] = {
             "memory": InMemorySaver(),
             "floor": FloorSaver(pools[0], table),
             "floor-nosync": FloorSaver(pools[1], table),
             "ours": ours,
+            "upstream": upstream,
         }
-        graphs = {name: build_graph(5, saver) for name, saver in savers.items()}
-        totals = {name: [0.0, 0.0] for name in savers}
-        names, n = list(savers), 0
-        for r in range(args.rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                graph, ids = graphs[name], list(range(n, n + per))
-                n += per
-                cpu0, wall0 = time.process_time(), time.perf_counter()
-                with ThreadPoolExecutor(4) as ex:
-                    for _ in ex.map(
-                        lambda i, g=graph: g.invoke(graph_input(i), thread_config(f"f-{i}")), ids
-                    ):
-                        pass
-                totals[name][0] += time.process_time() - cpu0
-                totals[name][1] += time.perf_counter() - wall0
+        result = _compare(savers, args.rounds, per, args.raw)
     finally:
         opened.__exit__(None, None, None)
         for pool in pools:
@@ -324,34 +430,131 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(args.url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_writes")
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {up_schema} CASCADE")
+    _report(args, per, result, "upstream")
+    return 0
+
+
+def _compare(
+    savers: dict[str, Any], rounds: int, per: int, raw: bool
+) -> tuple[dict[str, list[float]], dict[str, Any] | None]:
+    """Graph rounds (and raw rounds when ``raw``) over ``savers``, in rotating order."""
+    graphs = {name: build_graph(5, saver) for name, saver in savers.items()}
+    totals = {name: [0.0, 0.0] for name in savers}
+    names, n = list(savers), 0
+    raws = _raw_rounds(savers, rounds, per) if raw else None
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            graph, ids = graphs[name], list(range(n, n + per))
+            n += per
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            with ThreadPoolExecutor(4) as ex:
+                for _ in ex.map(
+                    lambda i, g=graph: g.invoke(graph_input(i), thread_config(f"f-{i}")), ids
+                ):
+                    pass
+            totals[name][0] += time.process_time() - cpu0
+            totals[name][1] += time.perf_counter() - wall0
+    return totals, raws
+
+
+def _report(
+    args: argparse.Namespace,
+    per: int,
+    result: tuple[dict[str, list[float]], dict[str, Any] | None],
+    baseline: str,
+) -> None:
+    """Print and write the graph table (and the raw one) with each saver against ``baseline``."""
+    totals, raw = result
     steps = args.rounds * per * STEPS_PER_THREAD
     rows = {
         name: {
             "cpu_ms_per_step": cpu * 1000.0 / steps,
             "steps_per_s": steps / wall,
             "vs_memory": totals["memory"][1] / wall,
+            "vs_baseline": totals[baseline][1] / wall,
         }
         for name, (cpu, wall) in totals.items()
     }
     lines = [
-        f"`python benchmarks/floor.py --rounds {args.rounds}"
-        + (" --quick`" if args.quick else f" --threads {per}`"),
+        f"`python benchmarks/floor.py --backend {args.backend} --rounds {args.rounds}"
+        + (" --quick" if args.quick else f" --threads {per}")
+        + (" --raw`" if args.raw else "`"),
         "",
-        "| saver | process CPU ms/step | graph steps/s | steps/s vs InMemorySaver |",
-        "|---|---|---|---|",
+        "| saver | process CPU ms/step | graph steps/s | steps/s vs InMemorySaver "
+        f"| steps/s vs {baseline} |",
+        "|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         lines.append(
             f"| {name} | {row['cpu_ms_per_step']:.3f} | {row['steps_per_s']:.0f} | "
-            f"{row['vs_memory']:.3f}x |"
+            f"{row['vs_memory']:.3f}x | {row['vs_baseline']:.3f}x |"
         )
-    _write(
-        Path(args.out),
-        "floor",
-        lines,
-        {"rounds": args.rounds, "threads": per, "steps": steps, "savers": rows},
-    )
-    return 0
+    doc: dict[str, Any] = {
+        "backend": args.backend,
+        "baseline": baseline,
+        "rounds": args.rounds,
+        "threads": per,
+        "steps": steps,
+        "savers": rows,
+    }
+    if raw is not None:
+        base = raw[baseline]["calls_per_s"]
+        lines += [
+            "",
+            "Raw mode: the recorded `put` and `put_writes` calls of one thread replayed on "
+            f"{per} fresh threads per saver per round, 4 at a time.",
+            "",
+            f"| saver | process CPU ms/call | raw puts/s | raw puts/s vs {baseline} |",
+            "|---|---|---|---|",
+        ]
+        for name, row in raw.items():
+            row["vs_baseline"] = row["calls_per_s"] / base
+            lines.append(
+                f"| {name} | {row['cpu_ms_per_call']:.3f} | {row['calls_per_s']:.0f} | "
+                f"{row['vs_baseline']:.3f}x |"
+            )
+        doc["raw"] = raw
+    _write(Path(args.out), "floor" if args.backend == "postgres" else "floor-redis", lines, doc)
+
+
+def _raw_rounds(savers: dict[str, Any], rounds: int, per: int) -> dict[str, Any]:
+    """Raw puts/s of each saver: the workload's recorded calls on fresh threads, 4 at a time."""
+    from workload import record_calls, retarget
+
+    recorded = record_calls(5)
+    names = list(savers)
+    totals = {name: [0.0, 0.0, 0] for name in names}
+    for name in names:  # warm-up: prepared statements, caches
+        _replay_all(savers[name], [retarget(recorded, f"rw-{name}-{i}") for i in range(4)])
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            jobs = [retarget(recorded, f"r-{r}-{i}-{uuid.uuid4().hex[:6]}") for i in range(per)]
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            _replay_all(savers[name], jobs)
+            totals[name][0] += time.process_time() - cpu0
+            totals[name][1] += time.perf_counter() - wall0
+            totals[name][2] += sum(len(j) for j in jobs)
+    return {
+        name: {
+            "cpu_ms_per_call": cpu * 1000.0 / calls,
+            "calls_per_s": calls / wall,
+        }
+        for name, (cpu, wall, calls) in totals.items()
+    }
+
+
+def _replay_all(saver: Any, jobs: list[list[tuple]]) -> None:
+    def one(calls: list[tuple]) -> None:
+        for call in calls:
+            if call[0] == "put":
+                saver.put(call[1], call[2], call[3], call[4])
+            else:
+                saver.put_writes(call[1], call[2], call[3], call[4])
+
+    with ThreadPoolExecutor(4) as ex:
+        for _ in ex.map(one, jobs):
+            pass
 
 
 if __name__ == "__main__":
