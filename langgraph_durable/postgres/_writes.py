@@ -7,7 +7,8 @@ thread this process registered moments ago, in the current epoch, is written
 by a lean form of the same statement that only checks its registry row (no
 insert or update of it, no lock): if the row is gone, the epoch is no longer
 the current one or a refresh of ``updated_at`` is due, nothing is written and
-the full form runs.
+the full form runs. The lean form inserts into the current epoch's partitions
+directly (no routing through the parent tables).
 Pure: no psycopg import, no I/O.
 """
 
@@ -137,7 +138,8 @@ class WriteOps(OpsBase):
         no_check = "missing AS (SELECT 1 WHERE false)"
         self.PUT_SQL = self._put_template.format(thread=thread_cte, missing=no_check)
         self._put_lean_sql = self._put_template.format(thread=lean_cte, missing=no_check)
-        self._put_delta_cache: dict[tuple[int, bool], str] = {}
+        self._put_delta_cache: dict[tuple[int, bool, bool], str] = {}
+        self._lean_writes_cache: dict[tuple[bool, int], str] = {}
         writes_head = (
             "WITH {thread}, "
             f"w AS (INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
@@ -172,9 +174,11 @@ class WriteOps(OpsBase):
         again). Either way the caller writes the checkpoint again, through the
         full form with full copies.
         """
-        if not deltas:
-            return self._put_lean_sql if lean else self.PUT_SQL
-        sql = self._put_delta_cache.get((epoch, lean))
+        if not deltas and not lean:
+            return self.PUT_SQL
+        sql = self._put_delta_cache.get((epoch, deltas, lean))
+        if sql is None and not deltas:
+            sql = self._into_leaves(self._put_lean_sql, epoch, ("checkpoints", "blobs"))
         if sql is None:
             leaf = self._leaf("blobs", epoch)
             missing = (
@@ -185,9 +189,33 @@ class WriteOps(OpsBase):
                 "AND x.epoch = %(epoch)s AND x.channel = u.channel AND x.version = u.base))"
             )
             sql = self._put_template.format(thread=self._thread_ctes[lean], missing=missing)
-            if len(self._put_delta_cache) > 1000:
-                self._put_delta_cache.clear()
-            self._put_delta_cache[(epoch, lean)] = sql
+            if lean:
+                sql = self._into_leaves(sql, epoch, ("checkpoints", "blobs"))
+        if len(self._put_delta_cache) > 1000:
+            self._put_delta_cache.clear()
+        self._put_delta_cache[(epoch, deltas, lean)] = sql
+        return sql
+
+    def _into_leaves(self, sql: str, epoch: int, tables: tuple[str, ...]) -> str:
+        """``sql`` inserting into the partitions of ``epoch`` rather than through the parents.
+
+        Only for the lean forms: they write nothing unless ``epoch`` is the current
+        one, whose partitions the pruner never detaches. The server then skips
+        routing each row through the parent, about a tenth of an insert's CPU.
+        """
+        for table in tables:
+            sql = sql.replace(
+                f"INSERT INTO {self._s}.{table} ", f"INSERT INTO {self._leaf(table, epoch)} "
+            )
+        return sql
+
+    def _lean_writes_sql(self, replace: bool, epoch: int) -> str:
+        sql = self._lean_writes_cache.get((replace, epoch))
+        if sql is None:
+            sql = self._into_leaves(self._writes_sql[(replace, True)], epoch, ("writes",))
+            if len(self._lean_writes_cache) > 1000:
+                self._lean_writes_cache.clear()
+            self._lean_writes_cache[(replace, epoch)] = sql
         return sql
 
     def _expiry(self, tenant: str) -> dict[str, float | None]:
@@ -369,7 +397,9 @@ class WriteOps(OpsBase):
             key.tenant, key.thread, LEAN_SECONDS
         ):
             try:
-                lean_sql = spread_bytea(self._writes_sql[(replace, True)], "blobs", blobs, params)
+                lean_sql = spread_bytea(
+                    self._lean_writes_sql(replace, epoch), "blobs", blobs, params
+                )
                 row = yield Query(lean_sql, {**params, "epoch": epoch}, "one", retry=True)
             except (SchemaError, MissingPartitionError):  # that partition is gone
                 row = None

@@ -42,7 +42,9 @@ def registry(admin: psycopg.Connection[Any], schema: str, thread: str) -> tuple 
     ).fetchone()
 
 
-def test_a_steady_thread_is_written_by_the_lean_statement(pg_url: str, pg_schema: str) -> None:
+def test_a_steady_thread_is_written_by_the_lean_statement(
+    pg_url: str, pg_schema: str, admin: psycopg.Connection[Any]
+) -> None:
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
         s.setup()
         put_chain(s, "t", 1)  # registers the thread
@@ -50,6 +52,12 @@ def test_a_steady_thread_is_written_by_the_lean_statement(pg_url: str, pg_schema
         configs = put_chain(s, "t", 3)
         s.put_writes(configs[-1], [("ch", 1)], "task")
         assert len(seen) == 4 and all(LEAN in sql for sql in seen)
+        # the lean form inserts into the current epoch's partitions, not through the parents
+        epoch = registry(admin, pg_schema, "t")[0]  # type: ignore[index]
+        for table in ("checkpoints", "blobs", "writes"):
+            leaf = f'INSERT INTO "{pg_schema}"."{table}_e{epoch}" '
+            assert sum(leaf in sql for sql in seen) == (1 if table == "writes" else 3)
+            assert f'INSERT INTO "{pg_schema}".{table} ' not in "".join(seen)
         assert len(checkpoint_ids(s.list(cfg("t")))) == 4
         tup = s.get_tuple(cfg("t"))
         assert tup is not None and [(c, v) for _, c, v in tup.pending_writes] == [("ch", 1)]
