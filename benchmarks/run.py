@@ -211,7 +211,7 @@ def environment(backends: list[Any]) -> dict[str, Any]:
     for backend in backends:
         env.update(backend.describe())
     if os.environ.get("BENCH_PACKAGE_ROOT"):
-        env["package_root"] = PACKAGE_ROOT
+        env["package_root"] = Path(PACKAGE_ROOT).name  # no path of the machine
     try:
         env["git_commit"] = (
             subprocess.run(

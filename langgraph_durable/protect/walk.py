@@ -89,9 +89,16 @@ def _message_plan(cls: type) -> tuple[str, ...] | None:
     return plan
 
 
-def _shape(item: Any) -> tuple[int, int]:
-    """Which object a field holds, and its size: a field replaced or grown changes it."""
-    return id(item), len(item) if isinstance(item, (list, dict, str)) else -1
+_SIZED = (list, dict, str)
+
+
+def _shapes(items: Any) -> tuple[int, ...]:
+    """Which object each field holds, and its size: a field replaced or grown changes it."""
+    out: list[int] = []
+    for item in items:
+        out.append(id(item))
+        out.append(len(item) if isinstance(item, _SIZED) else -1)
+    return tuple(out)
 
 
 class BoundedCache:
@@ -347,12 +354,10 @@ class StringRewriter:
             # Every field, the skipped ones too: a copy made at the first walk carries
             # them as they were then, and LangGraph sets a message's id in place
             # (add_messages) after a node returned it.
-            fingerprint = tuple(
-                _shape(getattr(value, name, None)) for name in type(value).model_fields
-            )
+            fingerprint = _shapes([getattr(value, name, None) for name in type(value).model_fields])
             extra = _extra(value)
             if extra:
-                fingerprint += tuple(_shape(item) for item in extra.values())
+                fingerprint += _shapes(extra.values())
             key = (self.scope, id(value))
             hit = memo.get(key)
             if hit is not None and hit[0] is value and hit[1] == fingerprint:
