@@ -87,6 +87,13 @@ DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STEPS_PER_THREAD = 13  # 5 turns: 2 * 5 + 3 checkpoints
 
 
+def _stored(thread: str, checkpoint_id: str) -> dict[str, Any]:
+    """The config a put returns."""
+    return {
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    }
+
+
 class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
     """One prepared INSERT per put and per put_writes; nothing is read back."""
 
@@ -119,13 +126,7 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
                 ),
                 prepare=True,
             )
-        return {
-            "configurable": {
-                "thread_id": thread,
-                "checkpoint_ns": "",
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+        return _stored(thread, checkpoint["id"])
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         conf = config["configurable"]
@@ -171,13 +172,7 @@ class FloorRedisSaver(FloorSaver):
             self.serde.dumps_typed(metadata)[1],
             *blobs,
         )
-        return {
-            "configurable": {
-                "thread_id": thread,
-                "checkpoint_ns": "",
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+        return _stored(thread, checkpoint["id"])
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         conf = config["configurable"]
