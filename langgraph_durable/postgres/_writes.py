@@ -138,7 +138,7 @@ class WriteOps(OpsBase):
         no_check = "missing AS (SELECT 1 WHERE false)"
         self.PUT_SQL = self._put_template.format(thread=thread_cte, missing=no_check)
         self._put_lean_sql = self._put_template.format(thread=lean_cte, missing=no_check)
-        self._put_delta_cache: dict[tuple[int, bool, bool], str] = {}
+        self._put_known_cache: dict[tuple[int, bool, bool], str] = {}
         self._lean_writes_cache: dict[tuple[bool, int], str] = {}
         writes_head = (
             "WITH {thread}, "
@@ -176,7 +176,7 @@ class WriteOps(OpsBase):
         """
         if not deltas and not lean:
             return self.PUT_SQL
-        sql = self._put_delta_cache.get((epoch, deltas, lean))
+        sql = self._put_known_cache.get((epoch, deltas, lean))
         if sql is None and not deltas:
             sql = self._into_leaves(self._put_lean_sql, epoch, ("checkpoints", "blobs"))
         if sql is None:
@@ -191,9 +191,9 @@ class WriteOps(OpsBase):
             sql = self._put_template.format(thread=self._thread_ctes[lean], missing=missing)
             if lean:
                 sql = self._into_leaves(sql, epoch, ("checkpoints", "blobs"))
-        if len(self._put_delta_cache) > 1000:
-            self._put_delta_cache.clear()
-        self._put_delta_cache[(epoch, deltas, lean)] = sql
+        if len(self._put_known_cache) > 1000:
+            self._put_known_cache.clear()
+        self._put_known_cache[(epoch, deltas, lean)] = sql
         return sql
 
     def _into_leaves(self, sql: str, epoch: int, tables: tuple[str, ...]) -> str:
