@@ -318,7 +318,11 @@ class RedactionPipeline:
 
     def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
         redacted, vault, dropped = self._redact_record(identity, value)
-        return _Serialized(self.base.serialize(identity, redacted), vault, dropped)
+        serialized = self.base.serialize(identity, redacted)
+        # Without vault entries the pair is plain, so that a delta's bytes can be cut
+        # from it (the codec cuts only plain serializations) instead of redacting and
+        # serializing the tail again.
+        return _Serialized(serialized, vault, dropped) if vault else serialized
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
         return self.seal_serialized(identity, self.serialize(identity, value))
