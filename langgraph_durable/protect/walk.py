@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import ipaddress
+import operator
 import pathlib
 import sys
 import threading
@@ -89,16 +90,35 @@ def _message_plan(cls: type) -> tuple[str, ...] | None:
     return plan
 
 
-_SIZED = (list, dict, str)
+_MUTABLE = (list, dict)
+_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 
 
-def _shapes(items: Any) -> tuple[int, ...]:
-    """Which object each field holds, and its size: a field replaced or grown changes it."""
-    out: list[int] = []
-    for item in items:
-        out.append(id(item))
-        out.append(len(item) if isinstance(item, _SIZED) else -1)
-    return tuple(out)
+def _field_values(value: Any) -> tuple[Any, ...]:
+    """The objects every field of a message holds (the skipped ones too), then its extras."""
+    cls = type(value)
+    getter = _GETTERS.get(cls)
+    if getter is None:
+        names = tuple(cls.model_fields)
+        one = operator.attrgetter(*names)
+        getter = (lambda v: (one(v),)) if len(names) == 1 else one
+        _GETTERS[cls] = getter
+    try:
+        values = getter(value)
+    except AttributeError:  # a field deleted from the instance
+        values = tuple(getattr(value, name, None) for name in cls.model_fields)
+    extra = _extra(value)
+    return (*values, *extra.values()) if extra else values
+
+
+def _sizes(values: tuple[Any, ...]) -> tuple[int, ...]:
+    """The sizes of the lists and dicts among ``values``: one grown in place changes them."""
+    return tuple([len(v) for v in values if isinstance(v, _MUTABLE)])
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two tuples hold the very same objects (never their ``__eq__``)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 class BoundedCache:
@@ -354,16 +374,16 @@ class StringRewriter:
             # Every field, the skipped ones too: a copy made at the first walk carries
             # them as they were then, and LangGraph sets a message's id in place
             # (add_messages) after a node returned it.
-            fingerprint = _shapes([getattr(value, name, None) for name in type(value).model_fields])
-            extra = _extra(value)
-            if extra:
-                fingerprint += _shapes(extra.values())
+            # The memo holds the field objects themselves, so an identity check cannot be
+            # fooled by a freed object's id reused by a new one.
+            fields = _field_values(value)
+            sizes = _sizes(fields)
             key = (self.scope, id(value))
             hit = memo.get(key)
-            if hit is not None and hit[0] is value and hit[1] == fingerprint:
-                if self.found is not None and hit[3]:
-                    self.found.extend(hit[3])
-                return hit[2]
+            if hit is not None and hit[0] is value and _same(hit[1], fields) and hit[2] == sizes:
+                if self.found is not None and hit[4]:
+                    self.found.extend(hit[4])
+                return hit[3]
             start = len(self.found) if self.found is not None else 0
         changes: dict[str, Any] = {}
         for name in plan:
@@ -381,7 +401,7 @@ class StringRewriter:
         result = value.model_copy(update=changes) if changes else value
         if memo is not None:
             found = tuple(self.found[start:]) if self.found is not None else ()
-            memo.put(key, (value, fingerprint, result, found))
+            memo.put(key, (value, fields, sizes, result, found))
         return result
 
     def _dataclass(self, value: Any, depth: int) -> Any:

@@ -50,6 +50,34 @@ def test_an_unchanged_message_is_still_served_from_the_memo() -> None:
 EMAIL = "ann.lee@example.com"
 
 
+def test_a_message_with_a_field_replaced_or_grown_in_place_is_walked_again() -> None:
+    rewriter = StringRewriter(lambda t: t.replace(EMAIL, "<EMAIL>"), BoundedCache(16), "t")
+    message = AIMessage(content="nothing to hide", id="m1")
+    assert rewriter(message) is message
+    message.content = f"write to {EMAIL}"  # a new string in the same message object
+    assert rewriter(message).content == "write to <EMAIL>"
+    message.additional_kwargs["note"] = f"cc {EMAIL}"  # the same dict, grown in place
+    assert rewriter(message).additional_kwargs["note"] == "cc <EMAIL>"
+
+
+class _NoCompare:
+    """An object whose ``==`` raises: the memo compares field objects by identity only."""
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("compared")
+
+    __hash__ = object.__hash__
+
+
+def test_the_memo_never_calls_a_fields_eq() -> None:
+    rewriter = StringRewriter(str.upper, BoundedCache(16), "t")
+    message = AIMessage(content="hi", id="m1", response_metadata={"raw": _NoCompare()})
+    first = rewriter(message)
+    message.response_metadata = {"raw": _NoCompare()}  # replaced by another such object
+    second = rewriter(message)
+    assert first.content == second.content == "HI"
+
+
 _EMAILS = re.compile(r"[\w.]+@[\w.]+")
 
 
