@@ -180,20 +180,28 @@ def write_raw_value(
     spec: SaverSpec, tenant: str, namespace: tuple[str, ...], key: str, data: bytes
 ) -> None:
     """Overwrite the stored bytes of an item's value, behind the store's back."""
-    if spec.backend == "postgres":
-        import psycopg
-        from psycopg import sql
+    field = "value" if spec.backend == "postgres" else "v"
+    _overwrite(spec, tenant, namespace, key, field, data, data, {"B": data})
 
-        query = sql.SQL(
-            "UPDATE {}.store_items SET value = %s WHERE tenant_id = %s AND prefix = %s AND key = %s"
-        ).format(sql.Identifier(spec.kwargs["schema"]))
-        with psycopg.connect(spec.conn, autocommit=True) as conn:
-            assert conn.execute(query, (data, tenant, ".".join(namespace), key)).rowcount == 1
+
+def _overwrite(
+    spec: SaverSpec,
+    tenant: str,
+    namespace: tuple[str, ...],
+    key: str,
+    field: str,
+    sql_value: Any,
+    redis_value: Any,
+    dynamodb_value: dict[str, Any],
+) -> None:
+    """Set one stored field of an item, given in each backend's stored form."""
+    if spec.backend == "postgres":
+        _pg_run(spec, field + " = %s", "", (sql_value, tenant, ".".join(namespace), key))
     elif spec.backend == "redis":
-        client, name = _redis_item(spec, tenant, namespace, key)
+        client, item = _redis_item(spec, tenant, namespace, key)
         try:
-            assert client.exists(name) == 1
-            client.hset(name, "v", data)
+            assert client.exists(item) == 1
+            client.hset(item, field, redis_value)
         finally:
             client.close()
     else:
@@ -201,9 +209,10 @@ def write_raw_value(
         client.update_item(
             TableName=table,
             Key=_dynamodb_key(tenant, namespace, key),
-            UpdateExpression="SET v = :v",
+            UpdateExpression="SET #f = :v",
             ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues={":v": {"B": data}},
+            ExpressionAttributeNames={"#f": field},
+            ExpressionAttributeValues={":v": dynamodb_value},
         )
 
 
@@ -266,25 +275,9 @@ def write_raw_time(
     """Overwrite an item's stored write time (``created`` or ``updated``), behind the
     store's back."""
     name = _TIME_FIELDS[spec.backend][which]
-    if spec.backend == "postgres":
-        _pg_run(spec, name + " = %s", "", (value, tenant, ".".join(namespace), key))
-    elif spec.backend == "redis":
-        client, item = _redis_item(spec, tenant, namespace, key)
-        try:
-            assert client.exists(item) == 1
-            client.hset(item, name, repr(float(value)))
-        finally:
-            client.close()
-    else:
-        client, table = _dynamodb_client(spec)
-        client.update_item(
-            TableName=table,
-            Key=_dynamodb_key(tenant, namespace, key),
-            UpdateExpression="SET #t = :t",
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#t": name},
-            ExpressionAttributeValues={":t": {"N": repr(float(value))}},
-        )
+    _overwrite(
+        spec, tenant, namespace, key, name, value, repr(float(value)), {"N": repr(float(value))}
+    )
 
 
 def raw_vectors(

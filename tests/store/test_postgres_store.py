@@ -454,15 +454,7 @@ def test_a_key_version_loaded_mid_batch_neither_repeats_the_writes_nor_shows_the
         a.put(ns, "x", {"v": 1})  # a has loaded the tenant's first data key
         for i in range(3):
             b.put(ns, f"y{i}", {"v": i})  # b seals each under a new version
-        sent: list[str] = []
-        connector = a._saver._conn
-        run_one = connector.run_one
-
-        def counting(q: Any) -> Any:
-            sent.append(q.sql)
-            return run_one(q)
-
-        connector.run_one = counting
+        sent = cases.pg_statements(a)
         got = a.batch([GetOp(ns, "y2"), GetOp(ns, "x"), PutOp(ns, "x", {"v": 3})])
         assert got[0].value == {"v": 2}
         assert got[1].value == {"v": 1}  # not the batch's own write
