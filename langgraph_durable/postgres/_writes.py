@@ -15,7 +15,7 @@ Pure: no psycopg import, no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from .._core.codec import ThreadKey
@@ -138,8 +138,8 @@ class WriteOps(OpsBase):
         no_check = "missing AS (SELECT 1 WHERE false)"
         self.PUT_SQL = self._put_template.format(thread=thread_cte, missing=no_check)
         self._put_lean_sql = self._put_template.format(thread=lean_cte, missing=no_check)
-        self._put_known_cache: dict[tuple[int, bool, bool], str] = {}
-        self._lean_writes_cache: dict[tuple[bool, int], str] = {}
+        # statements for a known epoch, built once per (kind, epoch, ...)
+        self._known_sql: dict[tuple[Any, ...], str] = {}
         writes_head = (
             "WITH {thread}, "
             f"w AS (INSERT INTO {s}.writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, "
@@ -176,24 +176,38 @@ class WriteOps(OpsBase):
         """
         if not deltas and not lean:
             return self.PUT_SQL
-        sql = self._put_known_cache.get((epoch, deltas, lean))
-        if sql is None and not deltas:
-            sql = self._into_leaves(self._put_lean_sql, epoch, ("checkpoints", "blobs"))
+        return self._cached(
+            ("put", epoch, deltas, lean), lambda: self._make_put(epoch, deltas, lean)
+        )
+
+    def _make_put(self, epoch: int, deltas: bool, lean: bool) -> str:
+        if not deltas:
+            return self._into_leaves(self._put_lean_sql, epoch, ("checkpoints", "blobs"))
+        leaf = self._leaf("blobs", epoch)
+        missing = (
+            "missing AS (SELECT 1 FROM t WHERE t.epoch <> %(epoch)s UNION ALL "
+            "SELECT 1 FROM u WHERE u.base IS NOT NULL AND NOT EXISTS ("
+            f"SELECT 1 FROM {leaf} x WHERE x.tenant_id = %(tenant)s "
+            "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s "
+            "AND x.epoch = %(epoch)s AND x.channel = u.channel AND x.version = u.base))"
+        )
+        sql = self._put_template.format(thread=self._thread_ctes[lean], missing=missing)
+        return self._into_leaves(sql, epoch, ("checkpoints", "blobs")) if lean else sql
+
+    def _lean_writes_sql(self, replace: bool, epoch: int) -> str:
+        """The lean ``put_writes`` statement, inserting into ``epoch``'s partition."""
+        return self._cached(
+            ("writes", replace, epoch),
+            lambda: self._into_leaves(self._writes_sql[(replace, True)], epoch, ("writes",)),
+        )
+
+    def _cached(self, key: tuple[Any, ...], make: Callable[[], str]) -> str:
+        """The statement for ``key`` (per epoch: a bounded cache, emptied when full)."""
+        sql = self._known_sql.get(key)
         if sql is None:
-            leaf = self._leaf("blobs", epoch)
-            missing = (
-                "missing AS (SELECT 1 FROM t WHERE t.epoch <> %(epoch)s UNION ALL "
-                "SELECT 1 FROM u WHERE u.base IS NOT NULL AND NOT EXISTS ("
-                f"SELECT 1 FROM {leaf} x WHERE x.tenant_id = %(tenant)s "
-                "AND x.thread_id = %(thread)s AND x.checkpoint_ns = %(ns)s "
-                "AND x.epoch = %(epoch)s AND x.channel = u.channel AND x.version = u.base))"
-            )
-            sql = self._put_template.format(thread=self._thread_ctes[lean], missing=missing)
-            if lean:
-                sql = self._into_leaves(sql, epoch, ("checkpoints", "blobs"))
-        if len(self._put_known_cache) > 1000:
-            self._put_known_cache.clear()
-        self._put_known_cache[(epoch, deltas, lean)] = sql
+            if len(self._known_sql) > 1000:
+                self._known_sql.clear()
+            sql = self._known_sql[key] = make()
         return sql
 
     def _into_leaves(self, sql: str, epoch: int, tables: tuple[str, ...]) -> str:
@@ -207,15 +221,6 @@ class WriteOps(OpsBase):
             sql = sql.replace(
                 f"INSERT INTO {self._s}.{table} ", f"INSERT INTO {self._leaf(table, epoch)} "
             )
-        return sql
-
-    def _lean_writes_sql(self, replace: bool, epoch: int) -> str:
-        sql = self._lean_writes_cache.get((replace, epoch))
-        if sql is None:
-            sql = self._into_leaves(self._writes_sql[(replace, True)], epoch, ("writes",))
-            if len(self._lean_writes_cache) > 1000:
-                self._lean_writes_cache.clear()
-            self._lean_writes_cache[(replace, epoch)] = sql
         return sql
 
     def _expiry(self, tenant: str) -> dict[str, float | None]:

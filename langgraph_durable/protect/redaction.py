@@ -166,12 +166,10 @@ class _Serialized(tuple):
     """(type, bytes) of a redacted value, with what sealing it needs to know."""
 
     vault: dict[str, str]
-    dropped: bool
 
-    def __new__(cls, pair: tuple[str, bytes], vault: dict[str, str], dropped: bool) -> Any:
+    def __new__(cls, pair: tuple[str, bytes], vault: dict[str, str]) -> Any:
         out = tuple.__new__(cls, pair)
         out.vault = vault
-        out.dropped = dropped
         return out
 
 
@@ -317,12 +315,12 @@ class RedactionPipeline:
     # ---- the pipeline -----------------------------------------------------------
 
     def serialize(self, identity: RecordIdentity, value: Any) -> tuple[str, bytes]:
-        redacted, vault, dropped = self._redact_record(identity, value)
+        redacted, vault, _dropped = self._redact_record(identity, value)
         serialized = self.base.serialize(identity, redacted)
         # Without vault entries the pair is plain, so that a delta's bytes can be cut
         # from it (the codec cuts only plain serializations) instead of redacting and
         # serializing the tail again.
-        return _Serialized(serialized, vault, dropped) if vault else serialized
+        return _Serialized(serialized, vault) if vault else serialized
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
         return self.seal_serialized(identity, self.serialize(identity, value))
