@@ -28,6 +28,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .hashing import feed
+
 __all__ = ["DeltaTracker", "DeltaPlan", "Written", "ListMemo", "DEFAULT_MAX_CHAIN"]
 
 #: Deltas between two full copies of a list channel, by default.
@@ -146,7 +148,7 @@ class DeltaTracker:
         with self._lock:
             prev = self._last.get((scope, channel))
         # SHA-256 rather than BLAKE2b: OpenSSL's runs on the CPU's SHA extensions, about
-        # twice as fast here on a conversation's bytes (benchmarks/NOTES.md)
+        # twice as fast on a conversation's bytes; fed in pieces that keep the GIL (hashing)
         h = hashlib.sha256()
         if (
             prev is not None
@@ -155,15 +157,15 @@ class DeltaTracker:
             and prev.size <= len(body)
             and prev.depth < self.max_chain
         ):
-            h.update(body[: prev.size])
+            feed(h, body[: prev.size])
             extends = h.digest()[:16] == prev.digest
-            h.update(body[prev.size :])
+            feed(h, body[prev.size :])
             if extends:
                 written = Written(version, prev.depth + 1, len(value), len(body), h.digest()[:16])
                 tail = _array_header(len(value) - prev.items) + body[prev.size :].tobytes()
                 return DeltaPlan(prev.version, prev.items, serialized, written, tail)
         else:
-            h.update(body)
+            feed(h, body)
         return DeltaPlan(
             None, 0, serialized, Written(version, 0, len(value), len(body), h.digest()[:16])
         )

@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
-import os
+import ssl
 from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -215,7 +215,9 @@ class EncryptionPipeline(IdentityPipeline):
         version, key_id, aead = self.cache.sealer(identity.tenant, identity.thread)
         header = _header(version, key_id)
         tag = type_.encode()
-        nonce = os.urandom(_NONCE)
+        # OpenSSL's generator: os.urandom lets go of the GIL for its system call, and
+        # under a contended GIL getting it back costs more than the call (_core.hashing)
+        nonce = ssl.RAND_bytes(_NONCE)
         body = aead.encrypt(nonce, bytes((len(tag),)) + tag + data, header + identity_aad(identity))
         return Sealed(ENCRYPTED_TYPE, header + nonce + body)
 

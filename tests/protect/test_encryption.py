@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import os
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,25 @@ def test_round_trip_and_nothing_in_clear() -> None:
     assert sealed.type == "lgd-enc" and b"secret" not in sealed.data
     assert sealed.data[:3] == b"LGD" and sealed.data[3] == 2
     assert pipeline.open(IDENTITY, sealed) == value
+
+
+def test_every_seal_has_a_fresh_nonce() -> None:
+    """The same value under the same identity never gets the same nonce twice (a nonce
+    reused under one key would break AES-GCM), from threads at once too."""
+    pipeline, _, _ = make_pipeline()
+    header = len(b"LGD") + 1 + 4 + 1 + len("k1")  # magic, format, version, key id
+
+    def nonces(n: int) -> list[bytes]:
+        out = []
+        for _ in range(n):
+            data = pipeline.seal(IDENTITY, "same value").data
+            out.append(data[header : header + 12])
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        found = [nonce for batch in pool.map(nonces, [500] * 4) for nonce in batch]
+    assert len(set(found)) == len(found) == 2000
+    assert all(pipeline.open(IDENTITY, pipeline.seal(IDENTITY, "v")) == "v" for _ in range(3))
 
 
 def test_format_1_records_still_open_and_cannot_pose_as_format_2() -> None:
