@@ -31,11 +31,9 @@ where ``len`` counts the digest and the JSON.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import json
-import operator
 import re
 import struct
 import threading
@@ -415,8 +413,7 @@ class ChainKey:
 
 #: RecordIdentity's fields in declaration order (tenant, thread, ns, kind, checkpoint_id,
 #: key, version, channel, extra): what a tag binds.
-_IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(RecordIdentity))
-_identity_fields = operator.attrgetter(*_IDENTITY_FIELDS)
+_IDENTITY_FIELDS = RecordIdentity._fields
 #: The lengths of the identity's fields and the type, as u32 big-endian.
 _HEAD_LENGTHS = struct.Struct(f">{len(_IDENTITY_FIELDS) + 1}I")
 
@@ -424,7 +421,7 @@ _HEAD_LENGTHS = struct.Struct(f">{len(_IDENTITY_FIELDS) + 1}I")
 def _tag_head(identity: RecordIdentity, type_: str) -> bytes:
     """What a tag binds besides the bytes: every identity field and the type, unambiguously
     (their lengths, then their UTF-8 bytes)."""
-    fields = (*_identity_fields(identity), type_)
+    fields = (*identity, type_)  # a named tuple: its fields in order
     joined = "".join(fields)
     if joined.isascii():  # one byte per character: the lengths are the strings'
         return b"lgd-tag/2" + _HEAD_LENGTHS.pack(*map(len, fields)) + joined.encode("ascii")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import os
 
@@ -51,7 +50,7 @@ def test_a_tag_holds_only_for_its_bytes_type_identity_and_key() -> None:
 
 def test_delta_extra_is_bound() -> None:
     base = RecordIdentity("t", "th", "", RecordKind.BLOB, "", "messages", "3", "messages")
-    moved = dataclasses.replace(base, extra="delta:1:2")
+    moved = base._replace(extra="delta:1:2")
     sealed = KEY.seal(base, Sealed("json", b"x"))
     with pytest.raises(IntegrityError):
         KEY.check(moved, sealed)

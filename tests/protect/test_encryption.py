@@ -152,7 +152,7 @@ def test_format_1_records_still_open_and_cannot_pose_as_format_2() -> None:
 def test_every_part_of_the_identity_is_bound(field: str) -> None:
     pipeline, keys, store = make_pipeline()
     sealed = pipeline.seal(IDENTITY, "secret")
-    other = dataclasses.replace(IDENTITY, **{field: getattr(IDENTITY, field) + "x"})
+    other = IDENTITY._replace(**{field: getattr(IDENTITY, field) + "x"})
     if field == "tenant":  # the other tenant has keys of its own, version 1 too
         with pytest.raises(KeyMissing):
             pipeline.open(other, sealed)
@@ -190,7 +190,7 @@ def test_metadata_index_keeps_only_allowed_keys_and_blinds_searchable_ones() -> 
     assert index["user"].startswith("bi1:") and "ann" not in index["user"]
     server, client = pipeline.split_filter("t", {"user": "ann@example.com", "email": "x@y.z"})
     assert server == {"user": index["user"]} and client == {"email": "x@y.z"}
-    sealed = pipeline.seal(dataclasses.replace(IDENTITY, kind=RecordKind.METADATA), meta)
+    sealed = pipeline.seal(IDENTITY._replace(kind=RecordKind.METADATA), meta)
     pipeline.check_metadata(META, meta, index, sealed)
     with pytest.raises(DecryptionError, match="clear metadata"):
         pipeline.check_metadata(META, meta, {**index, "step": 3}, sealed)
