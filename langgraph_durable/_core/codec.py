@@ -336,8 +336,9 @@ class CheckpointCodec:
         run_id = full_metadata.get("run_id")
         sealed_body = self.pipeline.seal(self._body_identity(key, checkpoint_id), body)
         settings = self.pipeline.index_settings()
+        metadata_identity = self._metadata_identity(key, checkpoint_id)
         sealed_metadata = self.pipeline.seal(
-            self._metadata_identity(key, checkpoint_id),
+            metadata_identity,
             full_metadata if settings is None else {**full_metadata, SETTINGS_KEY: settings},
         )
         digest = None
@@ -369,9 +370,7 @@ class CheckpointCodec:
             v=int(checkpoint.get("v", 1)),
             run_id=run_id if isinstance(run_id, str) else None,
             blob_refs=blob_refs,
-            metadata_index=self.pipeline.metadata_index(
-                self._metadata_identity(key, checkpoint_id), dict(full_metadata)
-            ),
+            metadata_index=self.pipeline.metadata_index(metadata_identity, dict(full_metadata)),
             body=sealed_body,
             metadata=sealed_metadata,
             blobs=blobs,
@@ -756,7 +755,7 @@ def write_identity(
 
 def delta_identity(identity: RecordIdentity, base: str, prefix: int) -> RecordIdentity:
     """The identity a delta's items are sealed under: it also binds the base and prefix."""
-    return RecordIdentity(  # positional: dataclasses.replace is slow on the read path
+    return RecordIdentity(  # positional: _replace is slower, and this runs on the read path
         identity.tenant,
         identity.thread,
         identity.ns,
