@@ -201,6 +201,13 @@ class StringRewriter:
         return value if new is value or new == value else new
 
     def _walk(self, value: Any, depth: int) -> Any:
+        cls = type(value)
+        if cls is str:
+            return self._text(value)
+        if _PLANS.get(cls) and depth <= _MAX_DEPTH:  # a message class met before
+            message = self._message(value, depth)
+            if message is not None:
+                return message
         if isinstance(value, str):
             return self._text(value)
         if value is None or isinstance(value, (bool, int, float)):
