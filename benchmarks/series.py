@@ -190,8 +190,8 @@ def run_once(
     if not files:
         raise SystemExit(f"run.py ({label}) wrote no JSON to {out}")
     doc: dict[str, Any] = json.loads(files[-1].read_text())
-    measured = doc["environment"].get("package_root")
-    if measured != (None if package_root is None else str(package_root)):
+    measured = doc["environment"].get("package_root")  # run.py records the last part only
+    if measured != (None if package_root is None else Path(package_root).name):
         raise SystemExit(f"run.py ({label}) measured the package under {measured}")
     missing = [n for n in savers if n not in doc["summary"]]
     if missing:
