@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import multiprocessing
 import os
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +121,31 @@ def test_every_seal_has_a_fresh_nonce() -> None:
         found = [nonce for batch in pool.map(nonces, [500] * 4) for nonce in batch]
     assert len(set(found)) == len(found) == 2000
     assert all(pipeline.open(IDENTITY, pipeline.seal(IDENTITY, "v")) == "v" for _ in range(3))
+
+
+def _nonces_after_fork(pipeline: EncryptionPipeline, header: int, out: Any) -> None:
+    out.send([pipeline.seal(IDENTITY, "v").data[header : header + 12] for _ in range(200)])
+    out.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork: POSIX only")
+def test_a_forked_process_never_repeats_its_parents_nonces() -> None:
+    """A worker forked from a process that already sealed records (a pre-fork server) seals
+    under the same keys: its random generator must not replay its parent's nonces."""
+    pipeline, _, _ = make_pipeline()
+    header = len(b"LGD") + 1 + 4 + 1 + len("k1")
+    pipeline.seal(IDENTITY, "before the fork")
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_nonces_after_fork, args=(pipeline, header, send))
+    child.start()
+    send.close()
+    theirs = receive.recv()
+    child.join(30)
+    ours = [pipeline.seal(IDENTITY, "v").data[header : header + 12] for _ in range(200)]
+    assert child.exitcode == 0 and len(theirs) == 200
+    assert not set(ours) & set(theirs)
+    assert len(set(ours)) == len(set(theirs)) == 200
 
 
 def test_format_1_records_still_open_and_cannot_pose_as_format_2() -> None:
