@@ -10,10 +10,12 @@ benchmark workload's recorded calls (``put``, ``put_writes``), reads the newest 
 (``get_tuple``), lists a thread's history (``list``) or runs whole graph threads
 (``step``), first untimed (warm-up: caches, prepared statements), then timed, then under
 cProfile. It prints the client CPU per call (process time, profiler off) and the functions
-with the most own CPU time (the profile is timed by process CPU, so waiting for the server
-counts nothing). A path's cost can be read per feature by running a saver next to its
-twins (``-enc``, ``-red``, ``-int``, ``-rls``). Nothing is written unless ``--out`` names a
-path prefix for the full pstats dumps.
+with the most own CPU time. The profile is timed by the CPU of the thread each function
+runs in, so waiting (for the server, for another thread) counts nothing. A sync graph runs
+the saver's calls in LangGraph's executor threads: for ``step`` those calls are profiled
+in their thread and added to the profile. A path's cost can be read per feature by
+running a saver next to its twins (``-enc``, ``-red``, ``-int``, ``-rls``). Nothing is
+written unless ``--out`` names a path prefix for the full pstats dumps.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import cProfile
 import io
 import pstats
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -91,8 +94,28 @@ class _Run:
     def __init__(self, saver: Any, path: str, calls: list[tuple], turns: int, is_async: bool):
         self.saver, self.path, self.calls, self.turns = saver, path, calls, turns
         self.is_async = is_async
+        self._lock = threading.Lock()
         self.graph = build_graph(turns, saver) if path == "step" else None
         self.read_thread = f"profile-read-{uuid.uuid4().hex[:8]}"
+        # the profile of the saver's calls a sync graph makes from other threads
+        self.thread_profile: cProfile.Profile | None = None
+        if self.graph is not None and not is_async:
+            for method in ("put", "put_writes", "get_tuple", "list"):
+                setattr(saver, method, self._profiled(getattr(saver, method)))
+
+    def _profiled(self, call: Any) -> Any:
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            prof = self.thread_profile
+            if prof is None or threading.current_thread() is threading.main_thread():
+                return call(*args, **kwargs)
+            with self._lock:  # one graph thread at a time: its calls never overlap anyway
+                prof.enable()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    prof.disable()
+
+        return profiled
 
     async def prepare(self) -> None:
         if self.path in ("get_tuple", "list"):
@@ -136,6 +159,7 @@ async def _measure(run: _Run, repeat: int, warm: int, profile: cProfile.Profile)
         await run.once(meter)
     profiled = _Meter()
     profiled.profile = profile
+    run.thread_profile = cProfile.Profile(time.thread_time)
     for _ in range(repeat):
         await run.once(profiled)
     return meter.cpu / max(meter.calls, 1)
@@ -144,8 +168,10 @@ async def _measure(run: _Run, repeat: int, warm: int, profile: cProfile.Profile)
 def _profile_one(backend: Any, name: str, path: str, args: argparse.Namespace, calls: list) -> None:
     spec = SPECS[name]
     place = backend.place(spec, "profile", path)
-    # Timed by process CPU, not the wall clock: waits for the server count nothing.
-    prof = cProfile.Profile(time.process_time)
+    # Timed by the thread's CPU, not the wall clock: waits (for the server, for the
+    # executor thread running the saver's calls) count nothing.
+    prof = cProfile.Profile(time.thread_time)
+    threads: cProfile.Profile | None = None
     try:
         if spec.is_async:
 
@@ -159,11 +185,17 @@ def _profile_one(backend: Any, name: str, path: str, args: argparse.Namespace, c
             with backend.open_sync(spec, place, args.pool_size) as saver:
                 run = _Run(saver, path, calls, args.turns, False)
                 cpu = asyncio.run(_measure(run, args.repeat, args.warm, prof))
+                if run.graph is not None and run.thread_profile is not None:
+                    threads = run.thread_profile  # the saver's calls from the executor
     finally:
         backend.drop(place)
     print(f"\n=== {name} {path}: client CPU {cpu * 1000:.3f} ms per call")
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
+    if threads is not None:
+        threads.create_stats()
+        if threads.stats:  # type: ignore[attr-defined]
+            stats.add(threads)
     stats.sort_stats(args.sort).print_stats(args.top)
     body = out.getvalue()
     print(body[body.find("   ncalls") :] if "   ncalls" in body else body)
