@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import json
 import logging
-import ssl
 from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._core.codec import _json_safe
 from .._core.records import RecordIdentity, Sealed
 from ..errors import ConfigurationError, DecryptionError
-from .keyring import KeyProvider
+from .keyring import KeyProvider, nonce
 from .keys import KeyCache, KeyManager
 from .pipeline import IdentityPipeline
 
@@ -215,11 +214,9 @@ class EncryptionPipeline(IdentityPipeline):
         version, key_id, aead = self.cache.sealer(identity.tenant, identity.thread)
         header = _header(version, key_id)
         tag = type_.encode()
-        # OpenSSL's generator: os.urandom lets go of the GIL for its system call, and
-        # under a contended GIL getting it back costs more than the call (_core.hashing)
-        nonce = ssl.RAND_bytes(_NONCE)
-        body = aead.encrypt(nonce, bytes((len(tag),)) + tag + data, header + identity_aad(identity))
-        return Sealed(ENCRYPTED_TYPE, header + nonce + body)
+        iv = nonce(_NONCE)
+        body = aead.encrypt(iv, bytes((len(tag),)) + tag + data, header + identity_aad(identity))
+        return Sealed(ENCRYPTED_TYPE, header + iv + body)
 
     def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
         if sealed.type != ENCRYPTED_TYPE:

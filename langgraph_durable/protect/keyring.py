@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,18 @@ DATA_KEY_BYTES = 32
 _WRAP_NONCE = 12
 #: What the chain key is derived from (LocalKeyring: HKDF info; KMS: the MAC's message).
 _CHAIN_INFO = b"langgraph-durable/chain-key/1"
+
+
+def nonce(size: int = 12) -> bytes:
+    """A fresh random AES-GCM nonce for one record: ``size`` bytes of OpenSSL's CSPRNG.
+
+    Not ``os.urandom``: it lets go of the GIL for its system call, and with another
+    thread waiting for the GIL getting it back costs far more than the call
+    (``benchmarks/gil.py``). OpenSSL reseeds its generator in a forked child, so a
+    pre-fork worker draws none of its parent's nonces. Keys still come from
+    ``os.urandom``: they are made rarely.
+    """
+    return ssl.RAND_bytes(size)
 
 
 @dataclass(frozen=True, slots=True)

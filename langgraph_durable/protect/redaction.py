@@ -27,7 +27,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from .._core.records import RecordIdentity, RecordKind, Sealed
 from ..errors import ConfigurationError, DecryptionError
 from .detectors import Detector, find_spans, placeholder, resolve_detectors
-from .keyring import derive
+from .keyring import derive, nonce
 from .pipeline import IdentityPipeline
 from .walk import BoundedCache, StringRewriter
 
@@ -354,10 +353,10 @@ class RedactionPipeline:
         return AESGCM(self._tenant_key("vault", tenant))
 
     def _with_vault(self, identity: RecordIdentity, inner: Sealed, vault: dict[str, str]) -> Sealed:
-        nonce = os.urandom(12)
+        iv = nonce()
         packed = ormsgpack.packb(vault)
-        box = nonce + self._vault_aead(identity.tenant).encrypt(
-            nonce, packed, b"lgd-vault/1" + _lp(identity.tenant)
+        box = iv + self._vault_aead(identity.tenant).encrypt(
+            iv, packed, b"lgd-vault/1" + _lp(identity.tenant)
         )
         tag = inner.type.encode()
         return Sealed(

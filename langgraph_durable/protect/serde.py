@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -35,7 +34,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import DecryptionError
 from .allowlist import AllowlistSerializer
-from .keyring import KeyProvider
+from .keyring import KeyProvider, nonce
 
 __all__ = ["EnvelopeSerializer", "SERIALIZED_TYPE"]
 
@@ -99,9 +98,9 @@ class EnvelopeSerializer:
         type_, data = self.serde.dumps_typed(obj)
         header, aead = self._sealer()
         tag = type_.encode()
-        nonce = os.urandom(_NONCE)
-        body = aead.encrypt(nonce, bytes((len(tag),)) + tag + data, header)
-        return SERIALIZED_TYPE, header + nonce + body
+        iv = nonce(_NONCE)
+        body = aead.encrypt(iv, bytes((len(tag),)) + tag + data, header)
+        return SERIALIZED_TYPE, header + iv + body
 
     def with_msgpack_allowlist(self, extra_allowlist: Any) -> EnvelopeSerializer:
         """A copy whose inner serializer also rebuilds ``extra_allowlist`` (what
