@@ -97,9 +97,11 @@ class _Run:
         self._lock = threading.Lock()
         self.graph = build_graph(turns, saver) if path == "step" else None
         self.read_thread = f"profile-read-{uuid.uuid4().hex[:8]}"
-        # the profile of the saver's calls a sync graph makes from other threads
+        # the profile of the saver's calls a sync graph makes from its executor threads
+        # (set while the profiled repetitions run)
         self.thread_profile: cProfile.Profile | None = None
-        if self.graph is not None and not is_async:
+        self.in_threads = self.graph is not None and not is_async
+        if self.in_threads:
             for method in ("put", "put_writes", "get_tuple", "list"):
                 setattr(saver, method, self._profiled(getattr(saver, method)))
 
@@ -159,7 +161,8 @@ async def _measure(run: _Run, repeat: int, warm: int, profile: cProfile.Profile)
         await run.once(meter)
     profiled = _Meter()
     profiled.profile = profile
-    run.thread_profile = cProfile.Profile(time.thread_time)
+    if run.in_threads:
+        run.thread_profile = cProfile.Profile(time.thread_time)
     for _ in range(repeat):
         await run.once(profiled)
     return meter.cpu / max(meter.calls, 1)
@@ -185,8 +188,7 @@ def _profile_one(backend: Any, name: str, path: str, args: argparse.Namespace, c
             with backend.open_sync(spec, place, args.pool_size) as saver:
                 run = _Run(saver, path, calls, args.turns, False)
                 cpu = asyncio.run(_measure(run, args.repeat, args.warm, prof))
-                if run.graph is not None and run.thread_profile is not None:
-                    threads = run.thread_profile  # the saver's calls from the executor
+                threads = run.thread_profile
     finally:
         backend.drop(place)
     print(f"\n=== {name} {path}: client CPU {cpu * 1000:.3f} ms per call")
