@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.servers import (
+    MotoServer,
     RedisServer,
     Services,
     cluster_conn_string,
@@ -576,6 +577,95 @@ def test_moto_transactions_roll_back_every_item_they_named(
     after = items()
     assert sorted(after) == ["a", "b", "d"]
     assert after["a"]["v"] == after["b"]["w"] == after["d"]["v"] == {"N": "2"}
+
+
+def test_moto_replies_the_same_with_the_fast_attribute_value_serializer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rig's shortcut for serialising ``AttributeValue`` (only the members a value
+    holds) gives every read and write reply moto's generic serializer gives, for every
+    attribute type, nested."""
+    import boto3
+    from moto.core import serialize
+
+    server = MotoServer().start()
+    env: dict[str, str] = {}
+    set_dynamodb_environment(env)
+    try:
+        fast = serialize.get_serializer_class("dynamodb", "json")
+        assert fast.__name__ == "AttributeValueSerializer"
+        generic = serialize.SERIALIZERS["json"]
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=server.url,
+            region_name="us-east-1",
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        table = new_dynamodb_table_name()
+        client.create_table(
+            TableName=table,
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "B"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        leaf = {
+            "s": {"S": "text"},
+            "n": {"N": "-1.5e3"},
+            "b": {"B": bytes(range(256))},
+            "ss": {"SS": ["x", "y"]},
+            "ns": {"NS": ["1", "2.5"]},
+            "bs": {"BS": [b"\x00", b"\xff\xfe"]},
+            "null": {"NULL": True},
+            "yes": {"BOOL": True},
+            "no": {"BOOL": False},
+            "empty": {"S": ""},
+        }
+        nested = {"M": {**leaf, "list": {"L": [{"M": dict(leaf)}, {"L": []}, {"B": b"z"}]}}}
+        item = {"pk": {"S": "p"}, "sk": {"B": b"\x01\x02"}, **leaf, "m": nested}
+        key = {"pk": {"S": "p"}, "sk": {"B": b"\x01\x02"}}
+        client.put_item(TableName=table, Item=item)
+
+        def replies() -> list[Any]:
+            got = [
+                client.get_item(TableName=table, Key=key, ConsistentRead=True),
+                client.query(
+                    TableName=table,
+                    KeyConditionExpression="pk = :p",
+                    ExpressionAttributeValues={":p": {"S": "p"}},
+                    ConsistentRead=True,
+                ),
+                client.scan(TableName=table, ConsistentRead=True),
+                client.batch_get_item(RequestItems={table: {"Keys": [key]}}),
+                client.transact_get_items(
+                    TransactItems=[{"Get": {"TableName": table, "Key": key}}]
+                ),
+                client.put_item(TableName=table, Item=item, ReturnValues="ALL_OLD"),
+                client.update_item(
+                    TableName=table,
+                    Key=key,
+                    UpdateExpression="SET extra = :v",
+                    ExpressionAttributeValues={":v": nested},
+                    ReturnValues="ALL_NEW",
+                ),
+            ]
+            client.put_item(TableName=table, Item=item)
+            for reply in got:
+                reply.pop("ResponseMetadata")
+            return got
+
+        with_fast = replies()
+        assert with_fast[0]["Item"] == item
+        monkeypatch.setitem(serialize.SERVICE_SPECIFIC_SERIALIZERS["dynamodb"], "json", generic)
+        assert with_fast == replies()
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------- pytest-xdist
