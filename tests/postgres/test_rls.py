@@ -408,7 +408,15 @@ def test_row_level_security_adds_no_round_trip(roles: Roles, schema: str, rls: b
                 return out
 
             calls("warm-up")  # psycopg prepares each statement at its first run
-            assert calls("t") == [1] * 8
+            # The relay counts a round trip when an answer comes with none of the
+            # client's bytes waiting; on a loaded machine a pipeline's pieces can arrive
+            # so that one goes uncounted (a call that reads rows cannot take none). An
+            # extra round trip is never counted away: every attempt would show it.
+            for attempt in range(3):
+                got = calls(f"t{attempt}")
+                if got == [1] * 8:
+                    break
+            assert got == [1] * 8
     finally:
         proxy.close()
 
