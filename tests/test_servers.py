@@ -429,8 +429,20 @@ def test_session_cluster_and_prefix_cleanup(
 # --------------------------------------------------------------------------- dynamodb
 
 
-def test_rig_starts_and_stops_a_moto_dynamodb_server() -> None:
+def _dynamodb_client(url: str, env: dict[str, str]) -> Any:
+    """A boto3 DynamoDB client of ``url`` with the rig's dummy credentials in ``env``."""
     import boto3
+
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def test_rig_starts_and_stops_a_moto_dynamodb_server() -> None:
     import botocore.exceptions
 
     services = Services(environ={}, log=lambda _: None)
@@ -441,13 +453,7 @@ def test_rig_starts_and_stops_a_moto_dynamodb_server() -> None:
     try:
         assert endpoint.kind == "throwaway" and "moto" in endpoint.source
         assert urlsplit(endpoint.url).hostname == "127.0.0.1"
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=endpoint.url,
-            region_name="us-east-1",
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        )
+        client = _dynamodb_client(endpoint.url, env)
         table = new_dynamodb_table_name()
         client.create_table(
             TableName=table,
@@ -585,7 +591,6 @@ def test_moto_replies_the_same_with_the_fast_attribute_value_serializer(
     """The rig's shortcut for serialising ``AttributeValue`` (only the members a value
     holds) gives every read and write reply moto's generic serializer gives, for every
     attribute type, nested."""
-    import boto3
     from moto.core import serialize
 
     server = MotoServer().start()
@@ -595,13 +600,7 @@ def test_moto_replies_the_same_with_the_fast_attribute_value_serializer(
         fast = serialize.get_serializer_class("dynamodb", "json")
         assert fast.__name__ == "AttributeValueSerializer"
         generic = serialize.SERIALIZERS["json"]
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=server.url,
-            region_name="us-east-1",
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        )
+        client = _dynamodb_client(server.url, env)
         table = new_dynamodb_table_name()
         client.create_table(
             TableName=table,
