@@ -932,11 +932,11 @@ def install_fast_attribute_value_serializer() -> None:
     each member of a structure it looks the member up in the result under several
     aliases. An ``AttributeValue`` has ten members (``S``, ``N``, ``B``, ... ``BOOL``)
     and holds one, so a query's reply spent most of its time looking for the nine
-    absent ones (in LangGraph's suite, half of the server's time). When the value is a
-    dict whose keys are all members' names, this visits those members only, through the
-    same member serializer; no alias of an absent member is one of those keys, so the
-    reply is the same (``tests/test_servers.py`` compares the two). Anything else goes
-    the generic way. Idempotent; process-wide.
+    absent ones (in LangGraph's suite, half of the server's time by cProfile). When the
+    value is a dict whose keys are all members' names, this visits those members only,
+    through the same member serializer; no alias of an absent member is one of those
+    keys, so the reply is the same (``tests/test_servers.py`` compares the two).
+    Anything else goes the generic way. Idempotent; process-wide.
     """
     global _FAST_SERIALIZER_INSTALLED
     if _FAST_SERIALIZER_INSTALLED:
