@@ -993,8 +993,8 @@ def cache_moto_lookups() -> None:
 
     modules = frozenset(backends.list_of_moto_modules())
     backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
-    methods = functools.cache(responses.method_names_from_class)
-    responses.method_names_from_class = lambda cls: methods(cls)  # type: ignore[attr-defined]
+    cached = functools.cache(responses.method_names_from_class)
+    responses.method_names_from_class = cached  # type: ignore[attr-defined]
     _LOOKUPS_CACHED = True
 
 

@@ -429,20 +429,8 @@ def test_session_cluster_and_prefix_cleanup(
 # --------------------------------------------------------------------------- dynamodb
 
 
-def _dynamodb_client(url: str, env: dict[str, str]) -> Any:
-    """A boto3 DynamoDB client of ``url`` with the rig's dummy credentials in ``env``."""
-    import boto3
-
-    return boto3.client(
-        "dynamodb",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-    )
-
-
 def test_rig_starts_and_stops_a_moto_dynamodb_server() -> None:
+    import boto3
     import botocore.exceptions
 
     services = Services(environ={}, log=lambda _: None)
@@ -453,7 +441,13 @@ def test_rig_starts_and_stops_a_moto_dynamodb_server() -> None:
     try:
         assert endpoint.kind == "throwaway" and "moto" in endpoint.source
         assert urlsplit(endpoint.url).hostname == "127.0.0.1"
-        client = _dynamodb_client(endpoint.url, env)
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint.url,
+            region_name="us-east-1",
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
         table = new_dynamodb_table_name()
         client.create_table(
             TableName=table,
@@ -593,14 +587,18 @@ def test_moto_replies_the_same_with_the_fast_attribute_value_serializer(
     attribute type, nested."""
     from moto.core import serialize
 
+    from tests.dynamodb.helpers import make_client
+
     server = MotoServer().start()
     env: dict[str, str] = {}
     set_dynamodb_environment(env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     try:
         fast = serialize.get_serializer_class("dynamodb", "json")
         assert fast.__name__ == "AttributeValueSerializer"
         generic = serialize.SERIALIZERS["json"]
-        client = _dynamodb_client(server.url, env)
+        client = make_client(server.url)
         table = new_dynamodb_table_name()
         client.create_table(
             TableName=table,
