@@ -240,7 +240,13 @@ class ReplicaCluster:
 
     def wait_healthy(self) -> None:
         """Wait until the cluster is ``ok`` everywhere and every primary has a replica
-        whose link is up (so a failover finds one in sync)."""
+        whose link is up and that acknowledges writes (so a failover finds one in sync,
+        and a write with ``wait_replicas=1`` is confirmed at once).
+
+        A replica says its link is up as soon as its sync is loaded; its primary counts
+        it for ``WAIT`` only once it has acknowledged an offset. Until then a ``WAIT``
+        times out: hence the ``WAIT 1`` on every primary that holds slots.
+        """
 
         def healthy() -> bool:
             for server in self.servers:
@@ -253,10 +259,22 @@ class ReplicaCluster:
                     return False
             views = self.view(self.servers[0])
             primaries = [v for v in views if v.is_primary and v.slots]
-            return all(
-                not p.failing and any(v.primary_id == p.node_id and not v.failing for v in views)
-                for p in primaries
-            ) and len(primaries) == len(self._formed.nodes)
+            if not (
+                all(
+                    not p.failing
+                    and any(v.primary_id == p.node_id and not v.failing for v in views)
+                    for p in primaries
+                )
+                and len(primaries) == len(self._formed.nodes)
+            ):
+                return False
+            ids = {p.node_id for p in primaries}
+            for server in self.servers:
+                with self._client(server) as client:
+                    mine = _text(client.execute_command("CLUSTER", "MYID"))
+                    if mine in ids and int(client.execute_command("WAIT", 1, 50)) < 1:
+                        return False
+            return True
 
         self._wait(healthy, "every primary to have a replica in sync")
 
