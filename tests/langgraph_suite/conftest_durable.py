@@ -116,9 +116,6 @@ class _Schemas:
     KEEP = ("settings", "schema_migrations", "checkpoint_migrations")  # ours, upstream's
     free: dict[str, list[str]] = {}
     made: list[str] = []
-    #: Schemas a saver's ``setup()`` has migrated: their next tests skip it (what it
-    #: would find is what it left, as emptying keeps its tables), 12-16 ms each.
-    ready: set[str] = set()
     _conn: Any = None
 
     @classmethod
@@ -196,9 +193,22 @@ def _create_schema(schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
 
 
+def _create_saver_schema(schema: str) -> None:
+    """Create ``schema`` and migrate it with our saver's ``setup()``, once: the savers'
+    schemas are handed from test to test with their migration state kept, so a
+    ``setup()`` per test (12-16 ms) would find what the first one left."""
+    from langgraph_durable.postgres import PostgresSaver
+
+    _create_schema(schema)
+    with PostgresSaver.from_conn_string(_postgres_url(), schema=schema, pool_size=1) as saver:
+        saver.setup()
+
+
 @contextmanager
-def _sync_schema(kind: str = "ours") -> Iterator[tuple[str, str]]:
-    schema = _Schemas.take(kind, _create_schema)
+def _sync_schema(
+    kind: str = "ours", create: Callable[[str], None] = _create_schema
+) -> Iterator[tuple[str, str]]:
+    schema = _Schemas.take(kind, create)
     try:
         yield _postgres_url(), schema
     finally:
@@ -206,9 +216,11 @@ def _sync_schema(kind: str = "ours") -> Iterator[tuple[str, str]]:
 
 
 @asynccontextmanager
-async def _async_schema(kind: str = "ours") -> AsyncIterator[tuple[str, str]]:
+async def _async_schema(
+    kind: str = "ours", create: Callable[[str], None] = _create_schema
+) -> AsyncIterator[tuple[str, str]]:
     # The schema's set-up and emptying are synchronous: a few milliseconds outside a test.
-    schema = _Schemas.take(kind, _create_schema)
+    schema = _Schemas.take(kind, create)
     try:
         yield _postgres_url(), schema
     finally:
@@ -327,11 +339,8 @@ def _all_protections() -> dict[str, Any]:
 def durable_pg() -> Iterator[Any]:
     from langgraph_durable.postgres import PostgresSaver
 
-    with _sync_schema() as (url, schema):
+    with _sync_schema("saver", _create_saver_schema) as (url, schema):
         with PostgresSaver.from_conn_string(url, schema=schema) as saver:
-            if schema not in _Schemas.ready:
-                saver.setup()
-                _Schemas.ready.add(schema)
             _apply_strict_msgpack(saver)
             yield saver
 
@@ -340,11 +349,8 @@ def durable_pg() -> Iterator[Any]:
 async def durable_pg_async() -> AsyncIterator[Any]:
     from langgraph_durable.postgres import AsyncPostgresSaver
 
-    async with _async_schema() as (url, schema):
+    async with _async_schema("saver", _create_saver_schema) as (url, schema):
         async with AsyncPostgresSaver.from_conn_string(url, schema=schema) as saver:
-            if schema not in _Schemas.ready:
-                await saver.setup()
-                _Schemas.ready.add(schema)
             _apply_strict_msgpack(saver)
             yield saver
 
