@@ -233,8 +233,9 @@ def _packed(args: tuple[Any, ...]) -> list[bytes] | None:
 
 
 def _pooled(client: Any) -> Any:
-    """The pool script calls take their connection from, or None: a cluster client, a
-    client held to one connection, or one that encodes text other than as UTF-8."""
+    """``(pool, get_connection's arguments)`` for script calls on pooled connections, or
+    None: a cluster client, a client held to one connection, or one that encodes text
+    other than as strict UTF-8 (``_packed`` encodes it so)."""
     if isinstance(client, _CLUSTER_TYPES) or any(
         getattr(client, held, None)  # the async client connects its one connection later
         for held in ("connection", "single_connection_client", "_single_connection_client")
