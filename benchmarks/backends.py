@@ -215,6 +215,15 @@ class RedisBackend(Backend):
         import redis
 
         self.drop(place)
+        if spec.from_url:  # the saver's own client: its pool, its retry, its script path
+            from langgraph_durable.redis import RedisSaver
+
+            with RedisSaver.from_conn_string(
+                self._url(via), prefix=place, pool_size=pool_size, **spec.kwargs()
+            ) as opened:
+                opened.setup()
+                yield opened
+            return
         extra = {} if via is None else {"connection_class": _one_write_connection()}
         pool = redis.BlockingConnectionPool.from_url(
             self._url(via), max_connections=pool_size, timeout=60, **extra

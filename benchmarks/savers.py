@@ -30,6 +30,7 @@ class SaverSpec:
     integrity: bool = False  # ours with integrity= (record tags and the hash chain)
     signed: bool = False  # an RLS saver with tenant_signing_key= (signed tenants)
     retained: bool = False  # ours with retention= (delete after 30 idle days)
+    from_url: bool = False  # ours opened from its URL (its own client and pool), not given one
 
     def kwargs(self) -> dict[str, Any]:
         """Extra constructor arguments of ours: ``encryption=`` for an encrypted twin,
@@ -77,6 +78,15 @@ SPECS: dict[str, SaverSpec] = {
         SaverSpec("memory", "InMemorySaver", False, False, "memory", "memory"),
         SaverSpec("redis", "ours RedisSaver", False, True, "ours", "redis"),
         SaverSpec("redis-async", "ours AsyncRedisSaver", True, True, "ours", "redis"),
+        SaverSpec(
+            "redis-url",
+            "ours RedisSaver, opened from its URL",
+            False,
+            True,
+            "ours",
+            "redis",
+            from_url=True,
+        ),
         SaverSpec("plainredis", "plainredis RedisSaver", False, True, "upstream", "redis"),
         SaverSpec(
             "plainredis-async", "plainredis AsyncRedisSaver", True, True, "upstream", "redis"
@@ -108,7 +118,7 @@ def _twins(suffix: str, flag: str) -> dict[str, str]:
     plain = [
         n
         for n, s in SPECS.items()
-        if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity)
+        if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity or s.from_url)
     ]
     twins = {n: f"{n}-{suffix}" for n in plain}
     SPECS.update(
@@ -132,7 +142,7 @@ INTEGRITY: dict[str, str] = _twins("int", "integrity")
 ALL: dict[str, str] = {
     n: f"{n}-all"
     for n, s in list(SPECS.items())
-    if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity)
+    if s.kind == "ours" and not (s.encrypted or s.redacted or s.integrity or s.from_url)
 }
 SPECS.update(
     {
@@ -185,6 +195,7 @@ PAIRS: list[tuple[str, str]] = [
     ("ours-async", "upstream-async"),
     ("redis", "plainredis"),
     ("redis-async", "plainredis-async"),
+    ("redis-url", "plainredis"),
     ("dynamodb", "aws-dynamodb"),
     ("dynamodb-async", "aws-dynamodb-async"),
 ]

@@ -5,6 +5,7 @@ redis-py's ``execute_command`` instead."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ import redis.asyncio
 from redis.connection import Connection
 
 from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
-from langgraph_durable.redis._driver import _packed, _pooled
+from langgraph_durable.errors import StorageError
+from langgraph_durable.redis._driver import _FirstAtOnce, _packed, _pooled, _ScriptPool
 from tests.helpers import cfg, put_chain, versioned_cp
 
 # str (with text that is not ASCII), bytes (empty, and above redis-py's 6,000-byte cut
@@ -170,3 +172,76 @@ async def _aput(saver: AsyncRedisSaver, thread: str, parent: str | None = None) 
 
 def _id(config: Any) -> str:
     return str(config["configurable"]["checkpoint_id"])
+
+
+# ---------------------------------------------------------------- a client the saver opens
+
+
+def _counting(pool: Any) -> dict[str, int]:
+    """Count, on ``pool``, the connections handed out with and without redis-py's check."""
+    counts = {"checked": 0, "skipped": 0}
+    ensure = pool.ensure_connection
+
+    def counted(connection: Any) -> None:
+        counts["skipped" if id(connection) in pool._read else "checked"] += 1
+        ensure(connection)
+
+    pool.ensure_connection = counted
+    return counts
+
+
+def test_an_opened_client_skips_the_check_only_after_a_whole_reply(
+    redis_url: str, redis_prefix: str
+) -> None:
+    with RedisSaver.from_conn_string(redis_url, prefix=redis_prefix, pool_size=1) as saver:
+        pool = saver._conn.client.connection_pool
+        assert isinstance(pool, _ScriptPool)
+        saver.setup()
+        counts = _counting(pool)
+        put_chain(saver, "t", 5)
+        assert counts["skipped"] >= 4  # every put after the first took a handed-back one
+        # a script that fails (a key of the wrong type) hands its connection back unmarked
+        raw = redis.Redis.from_url(redis_url)
+        try:
+            for key in saver._ops.keys.thread("default", "wrong"):
+                raw.set(key, b"not a hash")
+            before = dict(counts)
+            with pytest.raises(StorageError):
+                put_chain(saver, "wrong", 1)
+            assert not pool._read  # the one connection was handed back unmarked
+            assert counts["skipped"] == before["skipped"] + 1  # the failed put took it marked
+            saver.get_tuple(cfg("t"))
+            assert counts["checked"] == before["checked"] + 1  # so the next call checks it
+        finally:
+            raw.close()
+
+
+def test_an_opened_client_retries_a_connection_the_server_closed_at_once(
+    redis_url: str, redis_prefix: str
+) -> None:
+    name = f"lgd-closed-{redis_prefix}"
+    admin = redis.Redis.from_url(redis_url)
+    url = f"{redis_url}?client_name={name}"
+    try:
+        with RedisSaver.from_conn_string(url, prefix=redis_prefix, pool_size=1) as saver:
+            saver.setup()
+            put_chain(saver, "t", 1)
+            pool = saver._conn.client.connection_pool
+            assert pool._read  # the one connection was handed back with its reply read
+            for client in admin.client_list():
+                if client.get("name") == name:
+                    admin.client_kill_filter(_id=client["id"])
+            start = time.monotonic()
+            written = put_chain(saver, "t2", 1)  # on the closed connection: retried at once
+            assert time.monotonic() - start < 0.05
+            got = saver.get_tuple(cfg("t2"))
+            assert got is not None and got.config["configurable"]["checkpoint_id"] == _id(
+                written[-1]
+            )
+    finally:
+        admin.close()
+
+
+def test_the_first_retry_of_an_opened_client_is_immediate() -> None:
+    backoff = _FirstAtOnce(cap=1.0, base=0.05)
+    assert [backoff.compute(n) for n in (1, 2, 3, 4, 5)] == [0.0, 0.1, 0.2, 0.4, 0.8]
