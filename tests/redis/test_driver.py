@@ -13,8 +13,8 @@ import redis
 import redis.asyncio
 from redis.connection import Connection
 
-from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
 from langgraph_durable.errors import StorageError
+from langgraph_durable.redis import AsyncRedisSaver, RedisSaver
 from langgraph_durable.redis._driver import _FirstAtOnce, _packed, _pooled, _ScriptPool
 from tests.helpers import cfg, put_chain, versioned_cp
 
