@@ -18,7 +18,9 @@ client's own pool, under that connection's own ``retry`` policy
 (``_pooled_script``): redis-py's ``execute_command`` spends about 15 us more
 client CPU on the same call (72 against 57 us for a ``put_writes``, ``python
 benchmarks/redis_calls.py``), some 10% of a saver call. Everything else goes
-through ``execute_command``.
+through ``execute_command``. A sync client the driver opens itself also skips
+redis-py's check for unread data on a connection its script path handed back
+with the whole reply read (``_ScriptPool``).
 
 A cluster client opened from a URL retries through a primary's failover
 (``CLUSTER_RETRIES``); with ``wait_replicas`` a write is followed by ``WAIT``
