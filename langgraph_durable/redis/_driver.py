@@ -15,9 +15,9 @@ raised.
 On one server (not a cluster, not a client held to one connection) a script
 call is packed here (``_packed``) and sent on a connection taken from the
 client's own pool, under that connection's own ``retry`` policy
-(``_pooled_script``): redis-py's ``execute_command`` spends about 15 us more
-client CPU on the same call (72 against 57 us for a ``put_writes``, ``python
-benchmarks/redis_calls.py``), some 10% of a saver call. Everything else goes
+(``_pooled_script``): redis-py's ``execute_command`` spends about 10 us more
+client CPU on the same call (70-72 against 58-64 us for a ``put_writes``, ``python
+benchmarks/redis_calls.py``), some 5% of a saver call. Everything else goes
 through ``execute_command``. A sync client the driver opens itself also skips
 redis-py's check for unread data on a connection its script path handed back
 with the whole reply read (``_ScriptPool``).
@@ -123,7 +123,9 @@ def _timeouts() -> dict[str, Any]:
 
 class _FirstAtOnce(ExponentialBackoff):
     """Exponential backoff whose first retry is immediate: the common first failure is a
-    connection the server closed while it sat in the pool (see ``_ScriptPool``)."""
+    connection the server closed while it sat idle, which the sync pool does not check
+    before a script call when the connection's last call read its whole reply
+    (``_ScriptPool``); a new connection needs no wait."""
 
     def compute(self, failures: int) -> float:
         return 0.0 if failures <= 1 else super().compute(failures - 1)
