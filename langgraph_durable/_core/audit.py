@@ -83,6 +83,7 @@ class _TagOnly:
     """A pipeline that only checks tags (``AuditCodec`` never opens payloads)."""
 
     binds_identity = True
+    joins_lists = False
 
     def __init__(self, chain: ChainKey) -> None:
         self.chain = chain

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 
 from ..errors import CorruptRecordError, DurableError, InvalidInputError, SettingsMismatchError
 from .chain import TAG_SIZE, ChainCache, ChainKey, encode_block, split_block
-from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written
+from .delta import MEMO_MIN, DeltaTracker, ListMemo, Written, join_chain
 from .ids import ThreadKey, tenant_from_config, thread_key
 from .records import (
     BlobDelta,
@@ -80,6 +80,10 @@ class RecordPipeline(Protocol):
 
     binds_identity: bool
     """Whether a sealed payload only opens under its own identity (encryption)."""
+
+    joins_lists: bool
+    """Whether stored payloads are the serializer's own bytes, opened by the serializer
+    alone: then the parts of a delta chain (msgpack arrays) decode as one array."""
 
     def metadata_index(self, identity: RecordIdentity, metadata: dict[str, Any]) -> dict[str, Any]:
         """The part of the metadata (of the record ``identity``) stored in clear for filtering."""
@@ -625,6 +629,22 @@ class CheckpointCodec:
         next checkpoints; without one (a single read) only the value is built.
         """
         keep = memo is not None
+        if not keep and self.pipeline.joins_lists:  # the whole chain in one pass
+            joined = join_chain(channel, delta, stored.bases)
+            if joined is not None:
+                identity = RecordIdentity(
+                    key.tenant,
+                    key.thread,
+                    stored.ns,
+                    RecordKind.BLOB,
+                    "",
+                    channel,
+                    version,
+                    channel,
+                )
+                value = self.pipeline.open(identity, Sealed("msgpack", joined[0]))
+                if isinstance(value, list) and len(value) == joined[1]:
+                    return tuple(value)
         memo = memo if memo is not None else ListMemo()
         thread, ns = key.thread, stored.ns
         # Walk down to a full copy or a version the memo holds, then back up.

@@ -24,13 +24,22 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .hashing import feed
+from .records import BlobDelta, Sealed
 
-__all__ = ["DeltaTracker", "DeltaPlan", "Written", "ListMemo", "DEFAULT_MAX_CHAIN"]
+__all__ = [
+    "DeltaTracker",
+    "DeltaPlan",
+    "Written",
+    "ListMemo",
+    "DEFAULT_MAX_CHAIN",
+    "join_arrays",
+    "join_chain",
+]
 
 #: Deltas between two full copies of a list channel, by default.
 DEFAULT_MAX_CHAIN = 32
@@ -92,20 +101,82 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def _array_items(type_: str, data: bytes, count: int) -> memoryview | None:
-    """The bytes of a msgpack array's items, if ``data`` is an array of ``count``."""
+def _array_span(type_: str, data: bytes) -> tuple[int, int] | None:
+    """(items, offset of the first item) of a msgpack array; None if ``data`` is not one."""
     if type_ != "msgpack" or not data:
         return None
     head = data[0]
     if 0x90 <= head <= 0x9F:
-        n, start = head & 0x0F, 1
-    elif head == 0xDC:
-        n, start = int.from_bytes(data[1:3], "big"), 3
-    elif head == 0xDD:
-        n, start = int.from_bytes(data[1:5], "big"), 5
-    else:
+        return head & 0x0F, 1
+    if head == 0xDC and len(data) >= 3:
+        return int.from_bytes(data[1:3], "big"), 3
+    if head == 0xDD and len(data) >= 5:
+        return int.from_bytes(data[1:5], "big"), 5
+    return None
+
+
+def _array_items(type_: str, data: bytes, count: int) -> memoryview | None:
+    """The bytes of a msgpack array's items, if ``data`` is an array of ``count``."""
+    span = _array_span(type_, data)
+    if span is None or span[0] != count:
         return None
-    return memoryview(data)[start:] if n == count else None
+    return memoryview(data)[span[1] :]
+
+
+def join_arrays(parts: Sequence[tuple[str, bytes]]) -> tuple[bytes, list[int]] | None:
+    """One msgpack array of the items of the arrays ``parts``, in order, and each one's length.
+
+    A delta chain's base and tails are arrays, so their items decode in one pass
+    instead of one per part. None when a part is not a msgpack array (the caller
+    then opens each part on its own, which reports what is wrong with it).
+    """
+    counts: list[int] = []
+    pieces: list[bytes | memoryview] = [b""]
+    for type_, data in parts:
+        span = _array_span(type_, data)
+        if span is None:
+            return None
+        counts.append(span[0])
+        pieces.append(memoryview(data)[span[1] :])
+    total = sum(counts)
+    if total >= 1 << 32:
+        return None
+    pieces[0] = _array_header(total)
+    return b"".join(pieces), counts
+
+
+def join_chain(
+    channel: str, delta: BlobDelta, bases: Mapping[tuple[str, str], Sealed | BlobDelta | None]
+) -> tuple[bytes, int] | None:
+    """A delta chain's items as one msgpack array (to decode in one pass), and how many.
+
+    ``bases`` holds the chain's lower parts by (channel, version), as a backend
+    reads them. None when the chain is not whole, loops, has a part that is not
+    an array, or has a delta whose prefix is not the length below it: the codec
+    then opens the parts one by one and reports the one at fault. Only for a
+    pipeline that authenticates nothing, whose payloads are the serializer's
+    bytes: those decode as trusted as when read part by part.
+    """
+    tails: list[BlobDelta] = []
+    part: Sealed | BlobDelta | None = delta
+    while isinstance(part, BlobDelta):
+        tails.append(part)
+        if len(tails) > len(bases) + 1:
+            return None
+        part = bases.get((channel, part.base))
+    if part is None:
+        return None
+    tails.reverse()
+    joined = join_arrays([(part.type, part.data)] + [(t.tail.type, t.tail.data) for t in tails])
+    if joined is None:
+        return None
+    data, counts = joined
+    have = counts[0]
+    for step, count in zip(tails, counts[1:], strict=True):
+        if step.prefix != have:
+            return None
+        have += count
+    return data, have
 
 
 class DeltaTracker:

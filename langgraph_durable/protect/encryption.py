@@ -197,6 +197,7 @@ class EncryptionPipeline(IdentityPipeline):
 
     def __init__(self, serde: SerializerProtocol, settings: Encryption, cache: KeyCache) -> None:
         super().__init__(serde)
+        self.joins_lists = False  # each record opens under its own identity
         self.settings = settings
         self.cache = cache
         self._clear = frozenset(settings.clear_metadata) | frozenset(_INTERNAL_CLEAR)

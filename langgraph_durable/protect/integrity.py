@@ -67,6 +67,7 @@ class IntegrityPipeline:
     """
 
     binds_identity = True  # a tagged record only checks under its own identity
+    joins_lists = False  # ... so each part of a delta chain is checked on its own
 
     def __init__(self, base: Any, chain: ChainKey) -> None:
         self.base = base

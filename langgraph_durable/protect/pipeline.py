@@ -12,11 +12,13 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from .._core.codec import RecordPipeline, json_safe_metadata
 from .._core.records import RecordIdentity, Sealed
 from ..errors import CorruptRecordError, InvalidInputError
+from .allowlist import AllowlistSerializer
 from .value_paths import culprit_path, has_lone_surrogate
 
 __all__ = ["RecordPipeline", "IdentityPipeline"]
 
 _SERDE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
+_PLAIN_LOADS = (JsonPlusSerializer.loads_typed, AllowlistSerializer.loads_typed)
 
 
 class IdentityPipeline:
@@ -34,6 +36,9 @@ class IdentityPipeline:
 
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
+        # LangGraph's serializer and ours decode a msgpack payload with one unpackb and
+        # nothing after it, so a delta chain's arrays may be joined before decoding
+        self.joins_lists = type(serde).loads_typed in _PLAIN_LOADS
 
     def seal(self, identity: RecordIdentity, value: Any) -> Sealed:
         return self.seal_serialized(identity, self.serialize(identity, value))

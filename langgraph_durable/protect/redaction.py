@@ -199,6 +199,7 @@ class RedactionPipeline:
         self.serde = base.serde
         self.redaction = redaction
         self.binds_identity = base.binds_identity
+        self.joins_lists = base.joins_lists  # vault records are not msgpack: opened alone
         self._texts = BoundedCache(_CACHE)  # (mode, rule, scope, text) -> (text, vault items)
         self._opened = BoundedCache(_OPENED)  # (tenant, token) -> original, from opened vaults
         self._keys = BoundedCache(1024)

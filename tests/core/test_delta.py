@@ -4,16 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import ormsgpack
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_durable._core.chain import ChainKey
 from langgraph_durable._core.codec import CheckpointCodec, StoredCheckpoint, ThreadKey
-from langgraph_durable._core.delta import DeltaTracker, ListMemo
-from langgraph_durable._core.records import BlobDelta, CheckpointRecord, Sealed
+from langgraph_durable._core.delta import DeltaTracker, ListMemo, join_arrays
+from langgraph_durable._core.records import (
+    BlobDelta,
+    CheckpointRecord,
+    RecordIdentity,
+    RecordKind,
+    Sealed,
+)
 from langgraph_durable._core.versions import next_version
 from langgraph_durable.errors import CorruptRecordError
+from langgraph_durable.protect.allowlist import AllowlistSerializer
+from langgraph_durable.protect.integrity import IntegrityPipeline
 from langgraph_durable.protect.pipeline import IdentityPipeline
+from langgraph_durable.protect.redaction import Redaction, RedactionPipeline
 
 KEY = ThreadKey("acme", "t1", "", False)
 
@@ -33,11 +45,25 @@ def tracker(max_chain: int = 3) -> SerializingTracker:
     return SerializingTracker(max_chain)
 
 
+class CountingPipeline(IdentityPipeline):
+    """Counts the blob payloads it opens; ``joins`` sets ``joins_lists``."""
+
+    def __init__(self, joins: bool) -> None:
+        super().__init__(AllowlistSerializer())
+        self.joins_lists = joins
+        self.blob_opens = 0
+
+    def open(self, identity: RecordIdentity, sealed: Sealed) -> Any:
+        if identity.kind == RecordKind.BLOB:
+            self.blob_opens += 1
+        return super().open(identity, sealed)
+
+
 class Store:
     """Blobs of one thread as a backend would keep them, and checkpoints to read back."""
 
-    def __init__(self, max_chain: int = 3) -> None:
-        self.codec = CheckpointCodec(IdentityPipeline(JsonPlusSerializer()), max_chain)
+    def __init__(self, max_chain: int = 3, pipeline: Any = None) -> None:
+        self.codec = CheckpointCodec(pipeline or IdentityPipeline(JsonPlusSerializer()), max_chain)
         self.blobs: dict[tuple[str, str], Sealed | BlobDelta] = {}
         self.records: list[CheckpointRecord] = []
         self.version: str | None = None
@@ -223,3 +249,109 @@ def test_a_deltas_bytes_cut_from_the_whole_equal_serializing_its_items(
     plan = t.plan("s", "messages", "v2", items)
     assert plan.base == "v1" and plan.tail is not None
     assert plan.tail == serde.dumps_typed(items[before:])[1]
+
+
+def _serialized(items: list[Any]) -> tuple[str, bytes]:
+    return JsonPlusSerializer().dumps_typed(items)
+
+
+@pytest.mark.parametrize("sizes", [[1], [1, 1, 1], [15, 1], [14, 1, 1], [16, 3], [70_000, 2]])
+def test_join_arrays_joins_the_items_in_order(sizes: list[int]) -> None:
+    parts, want = [], []
+    for i, n in enumerate(sizes):
+        items = [f"{i}-{k}" for k in range(n)]
+        parts.append(_serialized(items))
+        want.extend(items)
+    joined = join_arrays(parts)
+    assert joined is not None
+    data, counts = joined
+    assert counts == sizes
+    assert data[:1] == _serialized(want)[1][:1]  # the header of a list of that length
+    assert ormsgpack.unpackb(data) == want
+
+
+def test_join_arrays_refuses_a_part_that_is_not_an_array() -> None:
+    head = _serialized([1])
+    for bad in [
+        ("msgpack", ormsgpack.packb({"a": 1})),
+        ("msgpack", b""),
+        ("msgpack", b"\xdc\x00"),  # a header cut short
+        ("empty", b""),
+        ("json", b"[1]"),
+        ("pickle", b"\x80\x04]."),
+    ]:
+        assert join_arrays([head, bad]) is None
+        assert join_arrays([bad, head]) is None
+
+
+def _messages(n: int) -> list[Any]:
+    out: list[Any] = []
+    for i in range(n):
+        if i % 3 == 0:
+            out.append(HumanMessage(f"question {i} \u00e9\u4e2d", id=f"h{i}"))
+        elif i % 3 == 1:
+            call = {"name": "search", "args": {"q": i}, "id": f"c{i}", "type": "tool_call"}
+            out.append(AIMessage(f"calling {i}", id=f"a{i}", tool_calls=[call]))
+        else:
+            out.append(ToolMessage(f"result {i}" * 50, tool_call_id=f"c{i - 1}", id=f"t{i}"))
+    return out
+
+
+def test_a_chain_opens_in_one_pass_and_reads_as_opened_part_by_part() -> None:
+    messages = _messages(40)
+    stores = {
+        joins: Store(max_chain=8, pipeline=CountingPipeline(joins)) for joins in (True, False)
+    }
+    recs = {
+        joins: [store.put(messages[:k]) for k in range(1, 41)] for joins, store in stores.items()
+    }
+    depths = []
+    for k in range(1, 41):
+        got = {}
+        for joins, store in stores.items():
+            pipeline = store.codec.pipeline
+            pipeline.blob_opens = 0
+            got[joins] = store.read(recs[joins][k - 1])
+            assert got[joins] == messages[:k]
+            assert [type(m) for m in got[joins]] == [type(m) for m in messages[:k]]
+            if joins:
+                assert pipeline.blob_opens == 1  # the whole chain, one pass
+            else:
+                depths.append(pipeline.blob_opens)
+    assert max(depths) == 9  # a full copy and 8 deltas: the part-by-part path's opens
+
+
+def test_a_broken_part_of_a_joined_chain_is_reported_as_part_by_part() -> None:
+    cases = {
+        "not msgpack": Sealed("msgpack", b"\x91\xc1"),  # 0xc1: a byte msgpack never uses
+        "not an array": Sealed("msgpack", ormsgpack.packb({"a": 1})),
+        "blanked": Sealed("empty", b""),
+        "one item short": Sealed("msgpack", b"\x92" + ormsgpack.packb("x")),
+    }
+    for why, broken in cases.items():
+        errors = []
+        for joins in (True, False):
+            store = Store(max_chain=8, pipeline=CountingPipeline(joins))
+            recs = [store.put(_messages(k)) for k in range(1, 5)]
+            ch, ver = recs[2].blob_refs[0]  # a delta in the middle of the chain
+            delta = store.blobs[(ch, ver)]
+            assert isinstance(delta, BlobDelta)
+            store.blobs[(ch, ver)] = BlobDelta(delta.base, delta.prefix, broken)
+            with pytest.raises(CorruptRecordError) as caught:
+                store.read(recs[3])
+            errors.append(str(caught.value).replace(ver, "<broken version>"))
+        assert errors[0] == errors[1], why
+
+
+def test_only_pipelines_whose_payloads_are_the_serializers_bytes_join_lists() -> None:
+    class OwnLoads(JsonPlusSerializer):
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            return super().loads_typed(data)
+
+    plain = IdentityPipeline(AllowlistSerializer())
+    assert plain.joins_lists
+    assert IdentityPipeline(JsonPlusSerializer()).joins_lists
+    assert not IdentityPipeline(OwnLoads()).joins_lists  # a serializer of its own: part by part
+    assert RedactionPipeline(plain, Redaction()).joins_lists
+    assert not IntegrityPipeline(plain, ChainKey(b"k" * 32)).joins_lists
+    assert not RedactionPipeline(IdentityPipeline(OwnLoads()), Redaction()).joins_lists

@@ -104,6 +104,11 @@ def test_round_trip_and_nothing_in_clear() -> None:
     assert pipeline.open(IDENTITY, sealed) == value
 
 
+def test_the_parts_of_a_delta_chain_are_opened_one_by_one() -> None:
+    # each part is bound to its own identity, so a chain is never joined before opening
+    assert make_pipeline()[0].joins_lists is False
+
+
 def test_every_seal_has_a_fresh_nonce() -> None:
     """The same value under the same identity never gets the same nonce twice (a nonce
     reused under one key would break AES-GCM), from threads at once too."""

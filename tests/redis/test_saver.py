@@ -276,9 +276,16 @@ def test_round_trips_per_operation_on_the_wire(redis_url: str, redis_prefix: str
     assert measure(lambda: s.get_tuple(first)) == (1, 1)
     put_chain(s, "long", 100)
     assert measure(lambda: list(s.list(cfg("long")))) == (1, 1)
-    # a flushed script cache costs one more packet (EVAL), never an error
-    client.script_flush()
-    assert measure(lambda: s.get_tuple(cfg("t"))) == (1, 2)
+    # a flushed script cache costs one more packet (EVAL), never an error. Another test
+    # running beside this one on the same server may send the script again between the
+    # flush and the read (the cache is the server's), so the flush is tried a few times.
+    after_flush = set()
+    for _ in range(5):
+        client.script_flush()
+        after_flush.add(measure(lambda: s.get_tuple(cfg("t"))))
+        if (1, 2) in after_flush:
+            break
+    assert (1, 2) in after_flush and after_flush <= {(1, 1), (1, 2)}
     assert measure(lambda: s.get_tuple(cfg("t"))) == (1, 1)
     client.close()
 
