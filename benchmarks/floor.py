@@ -6,6 +6,7 @@
     python benchmarks/floor.py --get                # the floor of one get_tuple
     python benchmarks/floor.py --raw                # also raw puts/s (no graph)
     python benchmarks/floor.py --backend redis --raw   # the same on Redis
+    BENCH_PACKAGE_ROOT=DIR python benchmarks/floor.py --get   # our package under DIR, as run.py
 
 Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop, 5 turns,
 13 steps per thread), four threads at a time, through:
@@ -71,7 +72,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-for _p in (str(HERE.parent), str(HERE)):
+# the checkout's package, or the one under BENCH_PACKAGE_ROOT (as run.py)
+PACKAGE_ROOT = os.environ.get("BENCH_PACKAGE_ROOT") or str(HERE.parent)
+for _p in (PACKAGE_ROOT, str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -340,6 +343,9 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
 
 def _write(out: Path, name: str, lines: list[str], doc: dict[str, Any]) -> None:
     """Print the table, and write it (``<name>-<stamp>.md``) and ``doc`` (``.json``) to ``out``."""
+    if os.environ.get("BENCH_PACKAGE_ROOT"):  # named by its last part: no path of the machine
+        doc = {**doc, "package_root": Path(PACKAGE_ROOT).name}
+        lines = [*lines, "", f"Our package measured: the one under `{Path(PACKAGE_ROOT).name}`."]
     print("\n".join(lines))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
