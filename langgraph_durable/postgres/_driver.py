@@ -242,9 +242,9 @@ class SyncConnector:
         prepare = self.prepare and q.prepare
         if q.settings:
             return self._execute_with_settings(conn, q, prepare)
-        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
-            return _fetch(cur, q.fetch)
+        cur = _cursor(conn)
+        cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+        return _fetch(cur, q.fetch)
 
     def _execute_with_settings(self, conn: Connection[Any], q: Query, prepare: bool) -> Any:
         if prepare and _writes_payloads(q) and not signed(q.settings):
@@ -254,11 +254,11 @@ class SyncConnector:
         # The pipeline's exit sends the one Sync and reads every result back; the
         # cursor keeps the last statement's.
         setter, setter_params = q.setter()
-        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            with conn.pipeline():
-                cur.execute(setter, setter_params, prepare=prepare)
-                cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
-            return _fetch(cur, q.fetch)
+        cur = _cursor(conn)
+        with conn.pipeline():
+            cur.execute(setter, setter_params, prepare=prepare)
+            cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+        return _fetch(cur, q.fetch)
 
     def _execute_prepared_with_settings(self, conn: Connection[Any], q: Query, name: str) -> Any:
         # One simple-protocol string, SELECT set_config(...); EXECUTE name(literals):
@@ -440,6 +440,27 @@ def _autocommit(conn: Connection[Any]) -> Iterator[None]:
             conn.autocommit = False
 
 
+_CURSOR_ATTR = "_lgd_cursor"
+
+
+def _cursor(conn: Any) -> Any:
+    """The connection's cursor for the saver's statements (binary, rows as tuples).
+
+    Made once per connection and kept on it: a new cursor looks up the dumper of
+    every parameter and the loader of every column again, about 10 us of client
+    CPU per statement. A connection is used by one caller at a time (the pool's
+    or the driver's lock), so its cursor is too; ``execute`` resets it.
+    """
+    cur = getattr(conn, _CURSOR_ATTR, None)
+    if cur is None or cur.closed:
+        cur = conn.cursor(row_factory=tuple_row, binary=True)
+        try:
+            setattr(conn, _CURSOR_ATTR, cur)
+        except AttributeError:  # a connection class that takes no attributes: one per call
+            pass
+    return cur
+
+
 def _fetch(cur: psycopg.Cursor[Any], fetch: str) -> Any:
     if fetch == "all":
         return cur.fetchall()
@@ -617,9 +638,9 @@ class AsyncConnector:
         prepare = self.prepare and q.prepare
         if q.settings:
             return await self._execute_with_settings(conn, q, prepare)
-        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
-            return await _afetch(cur, q.fetch)
+        cur = _cursor(conn)
+        await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+        return await _afetch(cur, q.fetch)
 
     async def _execute_with_settings(
         self, conn: AsyncConnection[Any], q: Query, prepare: bool
@@ -630,11 +651,11 @@ class AsyncConnector:
             if name is not None:
                 return await self._execute_prepared_with_settings(conn, q, name)
         setter, setter_params = q.setter()
-        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-            async with conn.pipeline():
-                await cur.execute(setter, setter_params, prepare=prepare)
-                await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
-            return await _afetch(cur, q.fetch)
+        cur = _cursor(conn)
+        async with conn.pipeline():
+            await cur.execute(setter, setter_params, prepare=prepare)
+            await cur.execute(q.sql, q.params or None, prepare=prepare)  # type: ignore[arg-type]
+        return await _afetch(cur, q.fetch)
 
     async def _execute_prepared_with_settings(
         self, conn: AsyncConnection[Any], q: Query, name: str

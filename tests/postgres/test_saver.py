@@ -72,6 +72,54 @@ def test_plain_pool_and_plain_connection_work_as_given(pg_url: str, pg_schema: s
         assert conn.autocommit is False
 
 
+class _RefusesAttributes(psycopg.Connection):  # type: ignore[type-arg]
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "_lgd_cursor":
+            raise AttributeError(name)
+        super().__setattr__(name, value)
+
+
+def test_a_connection_keeps_one_cursor_for_the_savers_statements(
+    pg_url: str, pg_schema: str
+) -> None:
+    # A new cursor per statement looks up every parameter's dumper and every column's
+    # loader again; the driver keeps one on the connection and replaces it when closed.
+    with psycopg.connect(pg_url) as conn:
+        s = PostgresSaver(conn, schema=pg_schema)
+        s.setup()
+        put_chain(s, "t", 2)
+        kept = conn._lgd_cursor  # type: ignore[attr-defined]
+        mine = conn.cursor()
+        mine.execute("SELECT 1")
+        assert s.get_tuple(cfg("t")) is not None
+        assert conn._lgd_cursor is kept  # type: ignore[attr-defined]
+        assert mine.fetchone() == (1,)  # the caller's own cursor is untouched
+        kept.close()
+        got = s.get_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["channel_values"]["step"] == 1
+        assert conn._lgd_cursor is not kept and not conn._lgd_cursor.closed  # type: ignore[attr-defined]
+    # a connection class that takes no such attribute gets a cursor per statement
+    with _RefusesAttributes.connect(pg_url) as conn:
+        s = PostgresSaver(conn, schema=pg_schema)
+        put_chain(s, "u", 2)
+        assert [c.checkpoint["channel_values"]["step"] for c in s.list(cfg("u"))] == [1, 0]
+        assert not hasattr(conn, "_lgd_cursor")
+
+
+async def test_an_async_connection_keeps_one_cursor(pg_url: str, pg_schema: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        s = AsyncPostgresSaver(conn, schema=pg_schema)
+        await s.setup()
+        cp = versioned_cp(messages=["hi"])
+        await s.aput(cfg("t"), cp, {}, cp["channel_versions"])
+        kept = conn._lgd_cursor  # type: ignore[attr-defined]
+        assert (await s.aget_tuple(cfg("t"))) is not None
+        assert conn._lgd_cursor is kept  # type: ignore[attr-defined]
+        await kept.close()
+        assert (await s.aget_tuple(cfg("t"))) is not None
+        assert conn._lgd_cursor is not kept  # type: ignore[attr-defined]
+
+
 def test_tenants_never_mix(saver: PostgresSaver) -> None:
     put_chain(saver, "same", 2, tenant_id="a")
     put_chain(saver, "same", 3, tenant_id="b")
