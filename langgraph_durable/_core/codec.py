@@ -632,17 +632,7 @@ class CheckpointCodec:
         if not keep and self.pipeline.joins_lists:  # the whole chain in one pass
             joined = join_chain(channel, delta, stored.bases)
             if joined is not None:
-                identity = RecordIdentity(
-                    key.tenant,
-                    key.thread,
-                    stored.ns,
-                    RecordKind.BLOB,
-                    "",
-                    channel,
-                    version,
-                    channel,
-                )
-                value = self.pipeline.open(identity, Sealed("msgpack", joined[0]))
+                value = self._open_blob(key, stored, channel, version, Sealed("msgpack", joined[0]))
                 if isinstance(value, list) and len(value) == joined[1]:
                     return tuple(value)
         memo = memo if memo is not None else ListMemo()
