@@ -449,7 +449,10 @@ def _cursor(conn: Any) -> Any:
     Made once per connection and kept on it: a new cursor looks up the dumper of
     every parameter and the loader of every column again, about 10 us of client
     CPU per statement. A connection is used by one caller at a time (the pool's
-    or the driver's lock), so its cursor is too; ``execute`` resets it.
+    or the driver's lock), so its cursor is too; ``execute`` resets it. The cursor
+    holds its last result until the next statement: at most one row (a checkpoint
+    with its blobs) or a count, since a statement that fetches all its rows closes
+    it (``_fetch``) and the next one makes a new cursor.
     """
     cur = getattr(conn, _CURSOR_ATTR, None)
     if cur is None or cur.closed:
@@ -463,7 +466,9 @@ def _cursor(conn: Any) -> Any:
 
 def _fetch(cur: psycopg.Cursor[Any], fetch: str) -> Any:
     if fetch == "all":
-        return cur.fetchall()
+        rows = cur.fetchall()
+        cur.close()  # many rows (a page): their result is not kept on the connection
+        return rows
     if fetch == "one":
         return cur.fetchone()
     return cur.rowcount
@@ -471,7 +476,9 @@ def _fetch(cur: psycopg.Cursor[Any], fetch: str) -> Any:
 
 async def _afetch(cur: psycopg.AsyncCursor[Any], fetch: str) -> Any:
     if fetch == "all":
-        return await cur.fetchall()
+        rows = await cur.fetchall()
+        await cur.close()  # as _fetch
+        return rows
     if fetch == "one":
         return await cur.fetchone()
     return cur.rowcount

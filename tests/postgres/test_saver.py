@@ -98,6 +98,11 @@ def test_a_connection_keeps_one_cursor_for_the_savers_statements(
         got = s.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["channel_values"]["step"] == 1
         assert conn._lgd_cursor is not kept and not conn._lgd_cursor.closed  # type: ignore[attr-defined]
+        # a listing's page of rows is not held on the connection after it is read
+        assert len(list(s.list(cfg("t")))) == 2
+        assert conn._lgd_cursor.closed and conn._lgd_cursor.pgresult is None  # type: ignore[attr-defined]
+        assert s.get_tuple(cfg("t")) is not None
+        assert not conn._lgd_cursor.closed  # type: ignore[attr-defined]
     # a connection class that takes no such attribute gets a cursor per statement
     with _RefusesAttributes.connect(pg_url) as conn:
         s = PostgresSaver(conn, schema=pg_schema)
