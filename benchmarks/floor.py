@@ -15,9 +15,9 @@ Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop
 - ``floor``: the least a durable PostgreSQL saver does per call. ``put`` serializes what
   ``InMemorySaver`` serializes (the checkpoint without its values, its metadata, the new
   channel values) and stores it with one prepared ``INSERT``; ``put_writes`` serializes the
-  writes and stores them with one prepared ``INSERT``. No reads (``get_tuple`` returns
-  None: every thread is new), no codec, no deltas, no locks, a pool of four connections in
-  autocommit;
+  writes and stores them with one prepared ``INSERT``, each blob a parameter of its own, on
+  a cursor kept per connection. No reads (``get_tuple`` returns None: every thread is new),
+  no codec, no deltas, no locks, a pool of four connections in autocommit;
 - ``floor-nosync``: the same with ``synchronous_commit=off`` (no wait for the WAL flush);
 - ``ours``: our ``PostgresSaver`` with its defaults;
 - ``upstream``: langgraph-checkpoint-postgres's ``PostgresSaver`` (its documented connection
@@ -104,6 +104,7 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
         super().__init__()
         self.pool = pool
         self.table = table
+        self._sql: dict[tuple[str, int], str] = {}
 
     def get_tuple(self, config: Any) -> None:
         return None
@@ -111,40 +112,48 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
     def list(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         return iter(())
 
+    def _insert(self, sql: str, params: list[Any], blobs: list[bytes]) -> None:
+        """Run one prepared INSERT whose last value is ``blobs`` (a bytea[]), as cheaply as
+        psycopg allows: each blob a parameter of its own (psycopg adapts a list element by
+        element) and a cursor kept on each connection (a new one looks up every
+        parameter's dumper again)."""
+        key = (sql, len(blobs))
+        text = self._sql.get(key)
+        if text is None:
+            items = ", ".join(["%s"] * len(blobs))
+            text = self._sql[key] = sql.replace("%b", f"ARRAY[{items}]::bytea[]")
+        with self.pool.connection() as conn:
+            cur = getattr(conn, "_floor_cursor", None)
+            if cur is None:
+                cur = conn._floor_cursor = conn.cursor()  # type: ignore[attr-defined]
+            cur.execute(text, [*params, *blobs], prepare=True)
+
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         body = dict(checkpoint)
         values = body.pop("channel_values")
         blobs = [self.serde.dumps_typed(values[ch])[1] for ch in new_versions if ch in values]
         thread = config["configurable"]["thread_id"]
-        with self.pool.connection() as conn:
-            conn.execute(
-                f"INSERT INTO {self.table} (thread_id, checkpoint_id, body, metadata, blobs) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (
-                    thread,
-                    checkpoint["id"],
-                    self.serde.dumps_typed(body)[1],
-                    self.serde.dumps_typed(metadata)[1],
-                    blobs,
-                ),
-                prepare=True,
-            )
+        self._insert(
+            f"INSERT INTO {self.table} (thread_id, checkpoint_id, body, metadata, blobs) "
+            "VALUES (%s, %s, %s, %s, %b)",
+            [
+                thread,
+                checkpoint["id"],
+                self.serde.dumps_typed(body)[1],
+                self.serde.dumps_typed(metadata)[1],
+            ],
+            blobs,
+        )
         return _stored(thread, checkpoint["id"])
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         conf = config["configurable"]
-        with self.pool.connection() as conn:
-            conn.execute(
-                f"INSERT INTO {self.table}_writes (thread_id, checkpoint_id, task_id, data) "
-                "VALUES (%s, %s, %s, %s)",
-                (
-                    conf["thread_id"],
-                    conf["checkpoint_id"],
-                    task_id,
-                    [self.serde.dumps_typed(value)[1] for _channel, value in writes],
-                ),
-                prepare=True,
-            )
+        self._insert(
+            f"INSERT INTO {self.table}_writes (thread_id, checkpoint_id, task_id, data) "
+            "VALUES (%s, %s, %s, %b)",
+            [conf["thread_id"], conf["checkpoint_id"], task_id],
+            [self.serde.dumps_typed(value)[1] for _channel, value in writes],
+        )
 
     def get_next_version(self, current: Any, channel: Any) -> str:
         if current is None:
