@@ -295,7 +295,11 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
 
         def fetch() -> Any:
             with floor_pool.connection() as conn:
-                return conn.execute(select, (thread,), prepare=True).fetchone()
+                cur = getattr(conn, "_floor_cursor", None)  # kept, as FloorSaver's
+                if cur is None:
+                    cur = conn._floor_cursor = conn.cursor()  # type: ignore[attr-defined]
+                cur.execute(select, (thread,), prepare=True)
+                return cur.fetchone()
 
         calls_of: dict[str, Any] = {
             "floor-get": lambda: serde.loads_typed((type_, fetch()[0])),
