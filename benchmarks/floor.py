@@ -97,6 +97,15 @@ def _stored(thread: str, checkpoint_id: str) -> dict[str, Any]:
     }
 
 
+def _kept_cursor(conn: Any) -> Any:
+    """The cursor kept on a pooled connection (a new one per statement looks up every
+    parameter's dumper and column's loader again)."""
+    cur = getattr(conn, "_floor_cursor", None)
+    if cur is None:
+        cur = conn._floor_cursor = conn.cursor()
+    return cur
+
+
 class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
     """One prepared INSERT per put and per put_writes; nothing is read back."""
 
@@ -123,10 +132,7 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
             items = ", ".join(["%s"] * len(blobs))
             text = self._sql[key] = sql.replace("%b", f"ARRAY[{items}]::bytea[]")
         with self.pool.connection() as conn:
-            cur = getattr(conn, "_floor_cursor", None)
-            if cur is None:
-                cur = conn._floor_cursor = conn.cursor()  # type: ignore[attr-defined]
-            cur.execute(text, [*params, *blobs], prepare=True)
+            _kept_cursor(conn).execute(text, [*params, *blobs], prepare=True)
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         body = dict(checkpoint)
@@ -295,11 +301,7 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
 
         def fetch() -> Any:
             with floor_pool.connection() as conn:
-                cur = getattr(conn, "_floor_cursor", None)  # kept, as FloorSaver's
-                if cur is None:
-                    cur = conn._floor_cursor = conn.cursor()  # type: ignore[attr-defined]
-                cur.execute(select, (thread,), prepare=True)
-                return cur.fetchone()
+                return _kept_cursor(conn).execute(select, (thread,), prepare=True).fetchone()
 
         calls_of: dict[str, Any] = {
             "floor-get": lambda: serde.loads_typed((type_, fetch()[0])),
