@@ -5,6 +5,7 @@
     python benchmarks/floor.py --rounds 4 --quick   # smoke run
     python benchmarks/floor.py --get                # the floor of one get_tuple
     python benchmarks/floor.py --raw                # also raw puts/s (no graph)
+    python benchmarks/floor.py --parts              # also the parts between floor and ours
     python benchmarks/floor.py --backend redis --raw   # the same on Redis
     BENCH_PACKAGE_ROOT=DIR python benchmarks/floor.py --get   # our package under DIR, as run.py
 
@@ -22,6 +23,15 @@ Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop
 - ``ours``: our ``PostgresSaver`` with its defaults;
 - ``upstream``: langgraph-checkpoint-postgres's ``PostgresSaver`` (its documented connection
   settings, a pool of four, a schema of its own).
+
+With ``--parts``, three more savers show where ours' distance to the floor lies:
+
+- ``floor+50us``: the floor saver with 50 us more client CPU per call, the GIL held (what
+  that much client work per call costs in steps/s);
+- ``floor+ours-encoding``: the floor saver's statements storing what our codec encodes
+  (deltas included), our statement parameters built and dropped;
+- ``ours-bare-driver``: our saver's operations (its statements, its reads) run by the
+  least driver (a cursor kept per pooled connection, no retries, no error translation).
 
 Each saver's steps/s is also given against upstream's: the floor's ratio is the most any
 saver that writes each call to PostgreSQL can reach against upstream on this machine (the
@@ -50,7 +60,8 @@ serializer, to one row of a table; then, one call at a time, in rotating rounds:
 It prints p50 latency and client CPU per call, and each against upstream's.
 
 Rounds rotate which saver goes first. Prints, and writes to ``floor-<timestamp>.json``
-and ``.md`` in ``--out``, each saver's process CPU per step and graph steps/s, and
+and ``.md`` in ``--out``, each saver's process CPU per step, the CPU of the local server's
+processes per step (all of them: backends, WAL writer; from ``/proc``) and graph steps/s, and
 steps/s against ``memory``. What it shows: how much of the gap to ``InMemorySaver`` any
 saver that stores every call through psycopg must keep (``docs/performance.md``,
 "Floors").
@@ -88,6 +99,24 @@ from langgraph_durable.postgres import PostgresSaver  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STEPS_PER_THREAD = 13  # 5 turns: 2 * 5 + 3 checkpoints
+
+
+def _server_seconds(comm: str) -> float:
+    """CPU time used so far by every local process named ``comm`` (the server's backends,
+    WAL writer and the rest), from ``/proc``; 0.0 where there is no ``/proc``."""
+    total = 0.0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/comm") as f:
+                if f.read().strip() != comm:
+                    continue
+            with open(f"/proc/{entry.name}/schedstat") as f:
+                total += int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
+            continue
+    return total
 
 
 def _stored(thread: str, checkpoint_id: str) -> dict[str, Any]:
@@ -171,6 +200,110 @@ class FloorSaver(BaseCheckpointSaver):  # type: ignore[misc]
         return f"{last + 1:032}.{random.random():016}"
 
 
+class SpinFloorSaver(FloorSaver):
+    """The floor saver plus ``spin_us`` of client CPU per call, the GIL held (a calibration:
+    what that much more client work per call costs in graph steps/s)."""
+
+    def __init__(self, pool: ConnectionPool, table: str, spin_us: float) -> None:
+        super().__init__(pool, table)
+        self.spin_s = spin_us / 1e6
+
+    def _spin(self) -> None:
+        end = time.thread_time() + self.spin_s
+        while time.thread_time() < end:
+            pass
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        self._spin()
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        self._spin()
+        super().put_writes(config, writes, task_id, task_path)
+
+
+class EncodedFloorSaver(FloorSaver):
+    """The floor saver's statements storing what our saver's codec encodes (deltas
+    included), with our saver's statement parameters built and dropped: our encoding's
+    cost without our statements."""
+
+    def __init__(self, pool: ConnectionPool, table: str, ours: PostgresSaver) -> None:
+        super().__init__(pool, table)
+        self.ours = ours
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        ops = self.ours._ops
+        key = self.ours._key(config)
+        rec = ops.codec.encode_checkpoint(key, config, checkpoint, metadata, new_versions)
+        ops._put_query(ops.PUT_SQL, rec)
+        ops.codec.written(rec)
+        thread = config["configurable"]["thread_id"]
+        self._insert(
+            f"INSERT INTO {self.table} (thread_id, checkpoint_id, body, metadata, blobs) "
+            "VALUES (%s, %s, %s, %s, %b)",
+            [thread, checkpoint["id"], rec.body.data, rec.metadata.data],
+            [b.sealed.data for b in rec.blobs if b.sealed is not None],
+        )
+        return _stored(thread, checkpoint["id"])
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        conf = config["configurable"]
+        key = self.ours._key(config)
+        records, _ = self.ours._ops.codec.encode_writes(
+            key, conf["checkpoint_id"], writes, task_id, task_path
+        )
+        self._insert(
+            f"INSERT INTO {self.table}_writes (thread_id, checkpoint_id, task_id, data) "
+            "VALUES (%s, %s, %s, %b)",
+            [conf["thread_id"], conf["checkpoint_id"], task_id],
+            [r.sealed.data for r in records],
+        )
+
+
+class BareDriverSaver(BaseCheckpointSaver):  # type: ignore[misc]
+    """Our saver's operations (its statements, its reads) run by the least driver: each
+    statement on a cursor kept per pooled connection, no retries, no error translation.
+    Against ``ours``: what our driver layer costs."""
+
+    def __init__(self, pool: ConnectionPool, ours: PostgresSaver) -> None:
+        super().__init__(serde=ours.serde)
+        self.pool = pool
+        self.ours = ours
+
+    def _run(self, op: Any) -> Any:
+        steps = op.steps
+        try:
+            step = steps.send(None)
+            while True:
+                with self.pool.connection() as conn:
+                    cur = _kept_cursor(conn)
+                    cur.execute(step.sql, step.params or None, prepare=True)
+                    if step.fetch == "one":
+                        result = cur.fetchone()
+                    elif step.fetch == "all":
+                        result = cur.fetchall()
+                    else:
+                        result = cur.rowcount
+                step = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    def get_tuple(self, config: Any) -> Any:
+        return self._run(self.ours._get_op(config))
+
+    def list(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return iter(())
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        return self._run(self.ours._put_op(config, checkpoint, metadata, new_versions))
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        self._run(self.ours._put_writes_op(config, writes, task_id, task_path))
+
+    def get_next_version(self, current: Any, channel: Any) -> str:
+        return self.ours.get_next_version(current, channel)
+
+
 class FloorRedisSaver(FloorSaver):
     """One Redis command per put (RPUSH of the serialized parts) and per put_writes."""
 
@@ -223,7 +356,7 @@ def redis_floor(args: argparse.Namespace, per: int) -> int:
             "redis": ours,
             "plainredis": PlainRedisSaver(clients[2], prefix=prefixes["plainredis"]),
         }
-        result = _compare(savers, args.rounds, per, args.raw)
+        result = _compare(savers, args.rounds, per, args.raw, "redis-server")
     finally:
         for client, prefix in zip(clients, prefixes.values(), strict=True):
             for keys in _batched(client.scan_iter(match=f"{prefix}*", count=1000), 500):
@@ -385,6 +518,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--raw", action="store_true", help="also raw puts/s: recorded calls replayed, no graph"
     )
+    p.add_argument(
+        "--parts",
+        action="store_true",
+        help="also the parts between the floor and ours (PostgreSQL): the floor with 50 us "
+        "more client CPU per call, the floor storing our encoding, our operations on a bare "
+        "driver",
+    )
     args = p.parse_args(argv)
     if args.backend == "redis":
         return redis_floor(args, 3 if args.quick else args.threads)
@@ -408,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
             "data bytea[])"
         )
     kw: dict[str, Any] = {"autocommit": True}
+    closers: list[Any] = []
     pools = [
         ConnectionPool(args.url, min_size=4, max_size=4, kwargs=kw, open=True),
         ConnectionPool(
@@ -426,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     opened = PostgresSaver.from_conn_string(args.url, schema=schema)
+    parts_opened = None
     try:
         ours = opened.__enter__()
         ours.setup()
@@ -435,34 +577,50 @@ def main(argv: list[str] | None = None) -> int:
             "memory": InMemorySaver(),
             "floor": FloorSaver(pools[0], table),
             "floor-nosync": FloorSaver(pools[1], table),
-            "ours": ours,
-            "upstream": upstream,
         }
-        result = _compare(savers, args.rounds, per, args.raw)
+        if args.parts:
+            # savers of their own (codec, caches), so that no part shares ours' state
+            parts_opened = PostgresSaver.from_conn_string(args.url, schema=schema + "_p")
+            parts = parts_opened.__enter__()
+            parts.setup()
+            enc_from = PostgresSaver.from_conn_string(args.url, schema=schema + "_p")
+            savers["floor+50us"] = SpinFloorSaver(pools[0], table, 50.0)
+            savers["floor+ours-encoding"] = EncodedFloorSaver(pools[0], table, enc_from.__enter__())
+            pools.append(ConnectionPool(args.url, min_size=4, max_size=4, kwargs=kw, open=True))
+            savers["ours-bare-driver"] = BareDriverSaver(pools[-1], parts)
+            closers.append(enc_from)
+        savers["ours"] = ours
+        savers["upstream"] = upstream
+        result = _compare(savers, args.rounds, per, args.raw, "postgres")
     finally:
         opened.__exit__(None, None, None)
+        for closer in [*closers, parts_opened]:
+            if closer is not None:
+                closer.__exit__(None, None, None)
         for pool in pools:
             pool.close()
         with psycopg.connect(args.url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_writes")
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_p CASCADE")
             conn.execute(f"DROP SCHEMA IF EXISTS {up_schema} CASCADE")
     _report(args, per, result, "upstream")
     return 0
 
 
 def _compare(
-    savers: dict[str, Any], rounds: int, per: int, raw: bool
+    savers: dict[str, Any], rounds: int, per: int, raw: bool, comm: str
 ) -> tuple[dict[str, list[float]], dict[str, Any] | None]:
     """Graph rounds (and raw rounds when ``raw``) over ``savers``, in rotating order."""
     graphs = {name: build_graph(5, saver) for name, saver in savers.items()}
-    totals = {name: [0.0, 0.0] for name in savers}
+    totals = {name: [0.0, 0.0, 0.0] for name in savers}
     names, n = list(savers), 0
-    raws = _raw_rounds(savers, rounds, per) if raw else None
+    raws = _raw_rounds(savers, rounds, per, comm) if raw else None
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             graph, ids = graphs[name], list(range(n, n + per))
             n += per
+            srv0 = _server_seconds(comm)
             cpu0, wall0 = time.process_time(), time.perf_counter()
             with ThreadPoolExecutor(4) as ex:
                 for _ in ex.map(
@@ -471,6 +629,7 @@ def _compare(
                     pass
             totals[name][0] += time.process_time() - cpu0
             totals[name][1] += time.perf_counter() - wall0
+            totals[name][2] += _server_seconds(comm) - srv0
     return totals, raws
 
 
@@ -486,24 +645,26 @@ def _report(
     rows = {
         name: {
             "cpu_ms_per_step": cpu * 1000.0 / steps,
+            "server_cpu_ms_per_step": srv * 1000.0 / steps,
             "steps_per_s": steps / wall,
             "vs_memory": totals["memory"][1] / wall,
             "vs_baseline": totals[baseline][1] / wall,
         }
-        for name, (cpu, wall) in totals.items()
+        for name, (cpu, wall, srv) in totals.items()
     }
     lines = [
         f"`python benchmarks/floor.py --backend {args.backend} --rounds {args.rounds}"
         + (" --quick" if args.quick else f" --threads {per}")
         + (" --raw`" if args.raw else "`"),
         "",
-        "| saver | process CPU ms/step | graph steps/s | steps/s vs InMemorySaver "
-        f"| steps/s vs {baseline} |",
-        "|---|---|---|---|---|",
+        "| saver | process CPU ms/step | server CPU ms/step | graph steps/s "
+        f"| steps/s vs InMemorySaver | steps/s vs {baseline} |",
+        "|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         lines.append(
-            f"| {name} | {row['cpu_ms_per_step']:.3f} | {row['steps_per_s']:.0f} | "
+            f"| {name} | {row['cpu_ms_per_step']:.3f} | {row['server_cpu_ms_per_step']:.3f} | "
+            f"{row['steps_per_s']:.0f} | "
             f"{row['vs_memory']:.3f}x | {row['vs_baseline']:.3f}x |"
         )
     doc: dict[str, Any] = {
@@ -521,42 +682,47 @@ def _report(
             "Raw mode: the recorded `put` and `put_writes` calls of one thread replayed on "
             f"{per} fresh threads per saver per round, 4 at a time.",
             "",
-            f"| saver | process CPU ms/call | raw puts/s | raw puts/s vs {baseline} |",
-            "|---|---|---|---|",
+            "| saver | process CPU ms/call | server CPU ms/call | raw puts/s "
+            f"| raw puts/s vs {baseline} |",
+            "|---|---|---|---|---|",
         ]
         for name, row in raw.items():
             row["vs_baseline"] = row["calls_per_s"] / base
             lines.append(
-                f"| {name} | {row['cpu_ms_per_call']:.3f} | {row['calls_per_s']:.0f} | "
+                f"| {name} | {row['cpu_ms_per_call']:.3f} | {row['server_cpu_ms_per_call']:.3f} | "
+                f"{row['calls_per_s']:.0f} | "
                 f"{row['vs_baseline']:.3f}x |"
             )
         doc["raw"] = raw
     _write(Path(args.out), "floor" if args.backend == "postgres" else "floor-redis", lines, doc)
 
 
-def _raw_rounds(savers: dict[str, Any], rounds: int, per: int) -> dict[str, Any]:
+def _raw_rounds(savers: dict[str, Any], rounds: int, per: int, comm: str) -> dict[str, Any]:
     """Raw puts/s of each saver: the workload's recorded calls on fresh threads, 4 at a time."""
     from workload import record_calls, retarget
 
     recorded = record_calls(5)
     names = list(savers)
-    totals = {name: [0.0, 0.0, 0] for name in names}
+    totals = {name: [0.0, 0.0, 0, 0.0] for name in names}
     for name in names:  # warm-up: prepared statements, caches
         _replay_all(savers[name], [retarget(recorded, f"rw-{name}-{i}") for i in range(4)])
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             jobs = [retarget(recorded, f"r-{r}-{i}-{uuid.uuid4().hex[:6]}") for i in range(per)]
+            srv0 = _server_seconds(comm)
             cpu0, wall0 = time.process_time(), time.perf_counter()
             _replay_all(savers[name], jobs)
             totals[name][0] += time.process_time() - cpu0
             totals[name][1] += time.perf_counter() - wall0
             totals[name][2] += sum(len(j) for j in jobs)
+            totals[name][3] += _server_seconds(comm) - srv0
     return {
         name: {
             "cpu_ms_per_call": cpu * 1000.0 / calls,
+            "server_cpu_ms_per_call": srv * 1000.0 / calls,
             "calls_per_s": calls / wall,
         }
-        for name, (cpu, wall, calls) in totals.items()
+        for name, (cpu, wall, calls, srv) in totals.items()
     }
 
 

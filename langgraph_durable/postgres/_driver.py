@@ -225,16 +225,24 @@ class SyncConnector:
         ``check()`` has replaced the pool's dead connections.
         """
         q = _request(step)
-        for attempt in range(RESENDS + 1):
+        pool = self.pool
+        if pool is None:  # the caller's one connection: nothing to replace, no resend
             with self.connection() as conn:
+                return self.execute(conn, q)
+        for attempt in range(RESENDS + 1):
+            # the pool's context alone: the statement runs on every call, so the
+            # connection() layer and, for a pool in autocommit, _autocommit() are
+            # skipped (2-3% of graph steps/s, benchmarks/NOTES.md)
+            with pool.connection() as conn:
                 try:
-                    return self.execute(conn, q)
+                    if conn.autocommit:
+                        return self.execute(conn, q)
+                    with _autocommit(conn):
+                        return self.execute(conn, q)
                 except psycopg.OperationalError:
-                    if attempt == RESENDS or not (
-                        conn.broken and q.retry and self.pool is not None
-                    ):
+                    if attempt == RESENDS or not (conn.broken and q.retry):
                         raise
-            self.pool.check()
+            pool.check()
         raise AssertionError("unreachable")
 
     def execute(self, conn: Connection[Any], step: Any) -> Any:
@@ -628,16 +636,23 @@ class AsyncConnector:
         """Run one statement on a connection of its own, in autocommit (see
         ``SyncConnector.run_one`` for when it runs again)."""
         q = _request(step)
-        for attempt in range(RESENDS + 1):
+        pool = self.pool
+        if pool is None:
             async with self.connection() as conn:
+                return await self.execute(conn, q)
+        if not self._opened:
+            await self.open()
+        for attempt in range(RESENDS + 1):
+            async with pool.connection() as conn:
                 try:
-                    return await self.execute(conn, q)
+                    if conn.autocommit:
+                        return await self.execute(conn, q)
+                    async with _aautocommit(conn):
+                        return await self.execute(conn, q)
                 except psycopg.OperationalError:
-                    if attempt == RESENDS or not (
-                        conn.broken and q.retry and self.pool is not None
-                    ):
+                    if attempt == RESENDS or not (conn.broken and q.retry):
                         raise
-            await self.pool.check()
+            await pool.check()
         raise AssertionError("unreachable")
 
     async def execute(self, conn: AsyncConnection[Any], step: Any) -> Any:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from benchmarks.instrument import RoundTripProxy
 from langgraph_durable.errors import (
     ConfigurationError,
     InvalidInputError,
@@ -70,6 +74,71 @@ def test_plain_pool_and_plain_connection_work_as_given(pg_url: str, pg_schema: s
         s = PostgresSaver(conn, schema=pg_schema)
         assert s.get_tuple(cfg("t")).checkpoint["channel_values"]["step"] == 2  # type: ignore[union-attr]
         assert conn.autocommit is False
+
+
+@contextmanager
+def _round_trips(pg_url: str) -> Iterator[tuple[str, RoundTripProxy]]:
+    """A URL through a relay that counts round trips, and the relay."""
+    target = conninfo_to_dict(pg_url)
+    proxy = RoundTripProxy(str(target.get("host", "127.0.0.1")), int(target.get("port", 5432)))
+    try:
+        yield make_conninfo(pg_url, host="127.0.0.1", port=str(proxy.port)), proxy
+    finally:
+        proxy.close()
+
+
+def _one_trip_each(counts: list[int]) -> bool:
+    # the relay may miss a round trip on a loaded machine (see test_rls), never add one
+    return all(n <= 1 for n in counts) and sum(counts) >= len(counts) - 1
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_a_pools_autocommit_setting_is_kept(pg_url: str, pg_schema: str, autocommit: bool) -> None:
+    # each statement runs in autocommit either way: one round trip (no BEGIN, no COMMIT),
+    # and the pool's sessions come back as the pool hands them out
+    kwargs = {"autocommit": True} if autocommit else {}
+    with (
+        _round_trips(pg_url) as (url, proxy),
+        ConnectionPool(url, min_size=1, max_size=1, kwargs=kwargs) as pool,
+    ):
+        s = PostgresSaver(pool, schema=pg_schema)
+        s.setup()
+
+        def trips(call: Any) -> int:
+            before = proxy.snapshot()[0]
+            call()
+            return proxy.snapshot()[0] - before
+
+        put_chain(s, "warm-up", 2)  # psycopg prepares each statement at its first run
+        s.get_tuple(cfg("warm-up"))
+        counts = [trips(lambda i=i: put_chain(s, f"t{i}", 1)) for i in range(3)]
+        counts += [trips(lambda: s.get_tuple(cfg("t0"))) for _ in range(3)]
+        assert _one_trip_each(counts), counts
+        with pool.connection() as conn:
+            assert conn.autocommit is autocommit
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+async def test_an_async_pools_autocommit_setting_is_kept(
+    pg_url: str, pg_schema: str, autocommit: bool
+) -> None:
+    kwargs = {"autocommit": True} if autocommit else {}
+    with _round_trips(pg_url) as (url, proxy):
+        async with AsyncConnectionPool(url, min_size=1, max_size=1, kwargs=kwargs) as pool:
+            s = AsyncPostgresSaver(pool, schema=pg_schema)
+            await s.setup()
+            counts = []
+            for i in range(4):
+                cp = versioned_cp(messages=["hi"])
+                before = proxy.snapshot()[0]
+                await s.aput(cfg(f"t{i}"), cp, {}, cp["channel_versions"])
+                assert (await s.aget_tuple(cfg(f"t{i}"))) is not None
+                counts.append((proxy.snapshot()[0] - before + 1) // 2)  # a put and a get
+            assert _one_trip_each(counts[1:]), counts  # the first prepares its statements
+            async with pool.connection() as conn:
+                assert conn.autocommit is autocommit
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 class _RefusesAttributes(psycopg.Connection):  # type: ignore[type-arg]
