@@ -241,7 +241,7 @@ class ReadOps(OpsBase):
             wheres.append(
                 "epoch = %(epoch)s AND EXISTS (SELECT 1 FROM "
                 f"{s}.threads r WHERE r.tenant_id = %(tenant)s AND r.thread_id = %(thread)s "
-                "AND r.epoch = %(epoch)s)"
+                "AND r.epoch + 0 = %(epoch)s)"  # by the primary key (see _writes.thread_cte)
                 if known is not None
                 else f"epoch = {self._thread_epoch}"
             )

@@ -59,17 +59,22 @@ class WriteOps(OpsBase):
         # never moved: its row is read without a lock.
         # The current epoch is computed once, inline (as current_epoch() does): a
         # call of that SQL function costs more than the rest of the registry read.
+        # A thread's row is found by the primary key: its epoch is compared as
+        # ``epoch + 0``, which no index matches. Before the table's first ANALYZE
+        # (autovacuum off, or a young table) the planner rates threads_epoch_idx as
+        # cheap as the key, and a statement's cached plan that took it read every
+        # thread of the epoch on each call (tests/postgres/test_lean_writes.py).
         thread_cte = (
             "ce AS MATERIALIZED (SELECT floor(extract(epoch FROM now()) / (86400 * ("
             f"SELECT value::integer FROM {s}.settings WHERE key = 'partition_days')))"
             "::integer AS e), "
             f"lk AS (SELECT epoch, updated_at FROM {s}.threads "
             "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s "
-            "AND epoch < (SELECT e FROM ce) FOR KEY SHARE), "
+            "AND epoch + 0 < (SELECT e FROM ce) FOR KEY SHARE), "
             "cur AS (SELECT epoch, updated_at FROM lk UNION ALL "
             f"SELECT epoch, updated_at FROM {s}.threads "
             "WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s "
-            "AND epoch >= (SELECT e FROM ce)), "
+            "AND epoch + 0 >= (SELECT e FROM ce)), "
             f"ins AS (INSERT INTO {s}.threads AS t (tenant_id, thread_id, epoch, expires_at) "
             "SELECT %(tenant)s, %(thread)s, (SELECT e FROM ce), "
             f"least(now() + {idle}, now() + {absolute}) "
@@ -94,7 +99,8 @@ class WriteOps(OpsBase):
             f"SELECT value::integer FROM {s}.settings WHERE key = 'partition_days')))"
             "::integer AS e), "
             f"t AS (SELECT epoch FROM {s}.threads WHERE tenant_id = %(tenant)s "
-            "AND thread_id = %(thread)s AND epoch = %(epoch)s AND epoch >= (SELECT e FROM ce) "
+            "AND thread_id = %(thread)s AND epoch + 0 = %(epoch)s "
+            "AND epoch + 0 >= (SELECT e FROM ce) "
             f"AND updated_at >= now() - interval '{TOUCH_INTERVAL}')"
         )
         self.PUT_SQL = (

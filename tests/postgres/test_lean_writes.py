@@ -199,3 +199,36 @@ def test_a_due_refresh_keeps_the_delta(
         assert [r[0] for r in rows] == [False, True, True] and all(r[1] for r in rows)
         got = s.get_tuple(cfg("t"))
         assert got is not None and got.checkpoint["channel_values"]["messages"] == items
+
+
+def test_the_registry_is_read_by_its_key_before_any_analyze(
+    pg_url: str, pg_schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # A new schema's registry has no statistics (autovacuum off, or not yet run). The
+    # planner then rated the epoch index as cheap as the primary key for a thread's row,
+    # and a plan that took it (cached for the connection) read every thread of the
+    # epoch on each write. Every statement that reads a thread's registry row must find
+    # it by the key, for each form: full and lean writes, reads by a known epoch.
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as s:
+        s.setup()
+        statements: list[Any] = []
+        driver = s._conn
+        execute = driver.execute
+
+        def recording(conn: Any, step: Any) -> Any:
+            statements.append(step)
+            return execute(conn, step)
+
+        driver.execute = recording
+        configs = put_chain(s, "t", 3)  # full, then lean puts
+        s.put_writes(configs[-1], [("ch", 1)], "task")
+        assert s.get_tuple(cfg("t")) is not None  # by the epoch this process knows
+        assert s.get_tuple(configs[0]) is not None
+    reads = [q for q in statements if f'"{pg_schema}".threads' in q.sql]
+    assert any(LEAN in q.sql for q in reads) and any(LEAN not in q.sql for q in reads)
+    for q in reads:
+        plan = "\n".join(
+            r[0] for r in admin.execute("EXPLAIN " + q.sql, q.params or None).fetchall()
+        )
+        assert "threads_epoch_idx" not in plan, plan
+        assert "threads_pkey" in plan, plan
