@@ -104,19 +104,15 @@ STEPS_PER_THREAD = 13  # 5 turns: 2 * 5 + 3 checkpoints
 def _server_seconds(comm: str) -> float:
     """CPU time used so far by every local process named ``comm`` (the server's backends,
     WAL writer and the rest), from ``/proc``; 0.0 where there is no ``/proc``."""
-    total = 0.0
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/comm") as f:
-                if f.read().strip() != comm:
-                    continue
-            with open(f"/proc/{entry.name}/schedstat") as f:
-                total += int(f.read().split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
-            continue
-    return total
+    from savers import server_cpu_seconds
+
+    pids = (
+        [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+        if os.path.isdir("/proc")
+        else []
+    )
+    # one process at a time: one that ended meanwhile (None) counts nothing
+    return sum(server_cpu_seconds([pid], comm) or 0.0 for pid in pids)
 
 
 def _stored(thread: str, checkpoint_id: str) -> dict[str, Any]:
