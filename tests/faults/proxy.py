@@ -5,7 +5,8 @@ copy bytes both ways. :meth:`FaultProxy.reset_all` closes every connection open
 through it with a TCP reset (``SO_LINGER`` 0) on both sides, as a network cut or a
 server restart does to a pooled connection; new connections go through as before.
 :meth:`FaultProxy.lose_next_reply` cuts the connection that next receives bytes from
-the server, instead of passing them on: a statement applied whose reply was lost. With
+the server, instead of passing them on: a statement applied whose reply was lost. Bytes
+a client sends that hold ``poison`` cut its connection before they reach the server. With
 ``black_hole`` set, new connections are accepted and never answered, and bytes on open
 ones are dropped without closing them (a partition that drops packets).
 """
@@ -39,6 +40,10 @@ class FaultProxy:
         self.black_hole = False
         self._held: list[socket.socket] = []
         self.lost_replies = 0
+        #: Bytes that, sent by a client, cut its connection before they reach the server
+        #: (a statement that breaks its connection every time it is sent).
+        self.poison: bytes | None = None
+        self.poisoned = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def lose_next_reply(self) -> None:
@@ -77,13 +82,14 @@ class FaultProxy:
             while data := src.recv(1 << 16):
                 if self.black_hole:  # open connections too: bytes vanish, nothing is closed
                     continue
+                if not replies and self.poison is not None and self.poison in data:
+                    self.poisoned += 1
+                    self._sever(src, dst)
+                    return
                 if replies and self._lose_reply.is_set():
                     self._lose_reply.clear()
                     self.lost_replies += 1
-                    with self._lock:
-                        self._pairs = [p for p in self._pairs if src not in p]
-                    _cut(src)
-                    _cut(dst)
+                    self._sever(src, dst)
                     return
                 dst.sendall(data)
         except OSError:
@@ -93,6 +99,13 @@ class FaultProxy:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _sever(self, src: socket.socket, dst: socket.socket) -> None:
+        """Cut the one connection whose sockets are ``src`` and ``dst``."""
+        with self._lock:
+            self._pairs = [p for p in self._pairs if src not in p]
+        _cut(src)
+        _cut(dst)
 
     def reset_all(self) -> int:
         """Cut every connection open through the proxy; how many were cut."""

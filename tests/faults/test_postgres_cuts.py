@@ -10,6 +10,7 @@ import pytest
 
 from langgraph_durable.errors import StorageUnavailableError
 from langgraph_durable.postgres import AsyncPostgresSaver, PostgresSaver
+from langgraph_durable.postgres._driver import RESENDS
 from tests.faults.proxy import FaultProxy, step_args
 from tests.helpers import cfg, checkpoint_ids, put_chain
 
@@ -138,3 +139,37 @@ def test_a_statement_not_marked_for_retry_reports_a_lost_reply(
         assert pg_proxy.lost_replies == 1
         s.delete_thread("t")
         assert s.get_tuple(cfg("t")) is None
+
+
+def test_a_statement_that_always_breaks_its_connection_is_sent_a_bounded_number_of_times(
+    pg_url: str, pg_schema: str, pg_proxy: FaultProxy
+) -> None:
+    # Every sending of the read of thread "poisoned" cuts its connection before the server
+    # sees it: the saver sends it 1 + RESENDS times, then reports our error; the rest of
+    # the pool goes on serving
+    with PostgresSaver.from_conn_string(pg_proxy.url(pg_url), schema=pg_schema, pool_size=2) as s:
+        s.setup()
+        stored = put_chain(s, "t", 2)
+        pg_proxy.poison = b"poisoned"
+        with pytest.raises(StorageUnavailableError):
+            s.get_tuple(cfg("poisoned"))
+        assert pg_proxy.poisoned == 1 + RESENDS
+        got = s.get_tuple(cfg("t"))
+        assert (
+            got is not None and got.checkpoint["id"] == stored[-1]["configurable"]["checkpoint_id"]
+        )
+
+
+async def test_async_a_statement_always_breaking_its_connection_is_sent_a_bounded_number_of_times(
+    pg_url: str, pg_schema: str, pg_proxy: FaultProxy
+) -> None:
+    url = pg_proxy.url(pg_url)
+    async with AsyncPostgresSaver.from_conn_string(url, schema=pg_schema, pool_size=2) as s:
+        await s.setup()
+        config = await s.aput(*step_args(0, cfg("t")))
+        pg_proxy.poison = b"poisoned"
+        with pytest.raises(StorageUnavailableError):
+            await s.aget_tuple(cfg("poisoned"))
+        assert pg_proxy.poisoned == 1 + RESENDS
+        got = await s.aget_tuple(cfg("t"))
+        assert got is not None and got.checkpoint["id"] == config["configurable"]["checkpoint_id"]
