@@ -24,14 +24,16 @@ Runs the benchmark workload (``workload.build_graph``: a tool-calling agent loop
 - ``upstream``: langgraph-checkpoint-postgres's ``PostgresSaver`` (its documented connection
   settings, a pool of four, a schema of its own).
 
-With ``--parts``, three more savers show where ours' distance to the floor lies:
+With ``--parts``, four more savers show where ours' distance to the floor lies:
 
 - ``floor+50us``: the floor saver with 50 us more client CPU per call, the GIL held (what
   that much client work per call costs in steps/s);
 - ``floor+ours-encoding``: the floor saver's statements storing what our codec encodes
   (deltas included), our statement parameters built and dropped;
 - ``ours-bare-driver``: our saver's operations (its statements, its reads) run by the
-  least driver (a cursor kept per pooled connection, no retries, no error translation).
+  least driver (a cursor kept per pooled connection, no retries, no error translation);
+- ``ours-deltas-off``: our ``PostgresSaver`` with ``delta_chain=0`` (every list value
+  stored whole: what the deltas cost the client and save the server).
 
 Each saver's steps/s is also given against upstream's: the floor's ratio is the most any
 saver that writes each call to PostgreSQL can reach against upstream on this machine (the
@@ -55,7 +57,9 @@ serializer, to one row of a table; then, one call at a time, in rotating rounds:
 - ``floor-fetch``: the same ``SELECT`` without decoding;
 - ``upstream``: langgraph-checkpoint-postgres's ``get_tuple`` (its documented connection
   settings, a pool of one);
-- ``ours``: our ``get_tuple`` (a pool of one).
+- ``ours``: our ``get_tuple`` (a pool of one);
+- ``ours-deltas-off``: the same with ``delta_chain=0`` (the newest ``messages`` read as one
+  stored value rather than a chain of deltas).
 
 It prints p50 latency and client CPU per call, and each against upstream's.
 
@@ -406,6 +410,9 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
     )
     floor_pool = ConnectionPool(url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True)
     opened = PostgresSaver.from_conn_string(url, schema=schema, pool_size=1)
+    whole_opened = PostgresSaver.from_conn_string(
+        url, schema=schema + "_d", pool_size=1, delta_chain=0
+    )
     serde = JsonPlusSerializer()
     thread = "getfloor"
     config = thread_config(thread)
@@ -413,9 +420,11 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
     try:
         ours = opened.__enter__()
         ours.setup()
+        whole = whole_opened.__enter__()
+        whole.setup()
         upstream = UpstreamSaver(up_pool)
         upstream.setup()
-        for saver in (upstream, ours):
+        for saver in (upstream, ours, whole):
             parent = None
             for name, cfg, *rest in retarget(record_calls(5), thread):
                 if name == "put":
@@ -437,6 +446,7 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
             "floor-fetch": fetch,
             "upstream": lambda: upstream.get_tuple(config),
             "ours": lambda: ours.get_tuple(config),
+            "ours-deltas-off": lambda: whole.get_tuple(config),
         }
         lat: dict[str, list[float]] = {name: [] for name in calls_of}
         cpu = dict.fromkeys(calls_of, 0.0)
@@ -454,12 +464,14 @@ def get_floor(url: str, rounds: int, calls: int, out: Path) -> int:
                 cpu[name] += time.process_time() - cpu0
     finally:
         opened.__exit__(None, None, None)
+        whole_opened.__exit__(None, None, None)
         up_pool.close()
         floor_pool.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.execute(f"DROP SCHEMA IF EXISTS {up_schema} CASCADE")
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_d CASCADE")
     n = rounds * calls
     rows = {
         name: {
@@ -519,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the parts between the floor and ours (PostgreSQL): the floor with 50 us "
         "more client CPU per call, the floor storing our encoding, our operations on a bare "
-        "driver",
+        "driver, ours with deltas off",
     )
     args = p.parse_args(argv)
     if args.backend == "redis":
@@ -584,7 +596,10 @@ def main(argv: list[str] | None = None) -> int:
             savers["floor+ours-encoding"] = EncodedFloorSaver(pools[0], table, enc_from.__enter__())
             pools.append(ConnectionPool(args.url, min_size=4, max_size=4, kwargs=kw, open=True))
             savers["ours-bare-driver"] = BareDriverSaver(pools[-1], parts)
-            closers.append(enc_from)
+            whole = PostgresSaver.from_conn_string(args.url, schema=schema + "_d", delta_chain=0)
+            savers["ours-deltas-off"] = whole.__enter__()
+            savers["ours-deltas-off"].setup()
+            closers += [enc_from, whole]
         savers["ours"] = ours
         savers["upstream"] = upstream
         result = _compare(savers, args.rounds, per, args.raw, "postgres")
@@ -599,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute(f"DROP TABLE IF EXISTS {table}, {table}_writes")
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             conn.execute(f"DROP SCHEMA IF EXISTS {schema}_p CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_d CASCADE")
             conn.execute(f"DROP SCHEMA IF EXISTS {up_schema} CASCADE")
     _report(args, per, result, "upstream")
     return 0
