@@ -56,7 +56,8 @@ _SCHEMA_STATES = ("42P01", "3F000", "42883")  # undefined table, schema, functio
 #: How many times a statement marked ``retry`` runs again when its connection broke.
 #: Each time follows psycopg_pool's ``check()``, and a cut may land again before the
 #: statement's reply: a graph run under cuts every 50 ms on a slow machine needed a
-#: fifth sending about once per thousand statements (tests/faults/test_runs_under_cuts.py).
+#: fifth sending up to three times per thousand statements
+#: (tests/faults/test_runs_under_cuts.py; benchmarks/NOTES.md, "a statement's resends").
 #: A statement that breaks its connection every time is reported after 1 + RESENDS.
 RESENDS = 10
 
