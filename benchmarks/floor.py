@@ -594,12 +594,13 @@ def main(argv: list[str] | None = None) -> int:
             enc_from = PostgresSaver.from_conn_string(args.url, schema=schema + "_p")
             savers["floor+50us"] = SpinFloorSaver(pools[0], table, 50.0)
             savers["floor+ours-encoding"] = EncodedFloorSaver(pools[0], table, enc_from.__enter__())
+            closers.append(enc_from)
             pools.append(ConnectionPool(args.url, min_size=4, max_size=4, kwargs=kw, open=True))
             savers["ours-bare-driver"] = BareDriverSaver(pools[-1], parts)
             whole = PostgresSaver.from_conn_string(args.url, schema=schema + "_d", delta_chain=0)
             savers["ours-deltas-off"] = whole.__enter__()
+            closers.append(whole)  # closed even if its setup fails
             savers["ours-deltas-off"].setup()
-            closers += [enc_from, whole]
         savers["ours"] = ours
         savers["upstream"] = upstream
         result = _compare(savers, args.rounds, per, args.raw, "postgres")
